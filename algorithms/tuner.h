@@ -1,0 +1,49 @@
+// Picks an algorithm and protocol per operation from an alpha-beta cost
+// model, and honours NCCL_ALGO / NCCL_PROTO.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "algorithms/collective.h"
+
+namespace strata::algorithms {
+
+// Cost of moving one message between neighbours: a fixed latency and a rate.
+struct LinkModel {
+  double latencyUs = 1.0;
+  double bandwidthGBps = 5.0;
+};
+
+struct TuneRequest {
+  Collective coll = Collective::kAllReduce;
+  size_t bytes = 0;  // nccl-tests' "size": the larger of one rank's input and output
+  int nranks = 1;
+  LinkModel link;
+};
+
+struct Choice {
+  const char* algorithm = "";
+  const char* protocol = "";
+  double estimatedUs = 0;
+};
+
+// A self-description of one algorithm.
+struct AlgorithmInfo {
+  const char* name;
+  std::vector<Collective> collectives;
+  double (*costUs)(const TuneRequest&);
+};
+
+// Every algorithm this build has.
+const std::vector<AlgorithmInfo>& algorithmRegistry();
+
+// True when `name` survives an NCCL_ALGO / NCCL_PROTO list ("Ring,Tree", "^Tree"; case-insensitive).
+bool listAllows(const std::string& spec, const std::string& name);
+
+// The cheapest allowed algorithm and protocol; throws ncclInvalidUsage naming
+// the variables when the lists exclude every candidate.
+Choice choose(const TuneRequest& req, const std::string& algoSpec, const std::string& protoSpec);
+
+}  // namespace strata::algorithms

@@ -1,0 +1,171 @@
+#include "base/config.h"
+
+#include <strings.h>
+
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+
+#include "base/error.h"
+
+namespace strata {
+namespace {
+
+struct Subsys {
+  const char* name;
+  uint32_t bit;
+};
+constexpr Subsys kSubsystems[] = {
+    {"INIT", kSubsysInit},   {"COLL", kSubsysColl},   {"P2P", kSubsysP2p},         {"SHM", kSubsysShm},
+    {"NET", kSubsysNet},     {"GRAPH", kSubsysGraph}, {"TUNING", kSubsysTuning},   {"ENV", kSubsysEnv},
+    {"ALLOC", kSubsysAlloc}, {"BOOTSTRAP", kSubsysBootstrap}, {"ALL", kSubsysAll},
+};
+
+bool parseLevel(const char* v, LogLevel* out) {
+  struct { const char* name; LogLevel level; } levels[] = {
+      {"VERSION", LogLevel::kVersion}, {"WARN", LogLevel::kWarn}, {"INFO", LogLevel::kInfo},
+      {"TRACE", LogLevel::kTrace},     {"NONE", LogLevel::kNone},
+  };
+  for (auto& l : levels) {
+    if (strcasecmp(v, l.name) == 0) {
+      *out = l.level;
+      return true;
+    }
+  }
+  return false;
+}
+
+// "INIT,COLL" sets exactly those; "^INIT" means everything but INIT.
+uint32_t parseSubsys(const std::string& v, std::vector<std::string>* warnings) {
+  bool invert = !v.empty() && v[0] == '^';
+  uint32_t mask = 0;
+  size_t pos = invert ? 1 : 0;
+  while (pos <= v.size()) {
+    size_t comma = v.find(',', pos);
+    std::string tok = v.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    if (!tok.empty()) {
+      bool known = false;
+      for (auto& s : kSubsystems) {
+        if (strcasecmp(tok.c_str(), s.name) == 0) {
+          mask |= s.bit;
+          known = true;
+        }
+      }
+      if (!known) warnings->push_back("NCCL_DEBUG_SUBSYS: unknown subsystem '" + tok + "' ignored");
+    }
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return invert ? ~mask : mask;
+}
+
+// Integers with an optional K/M/G suffix (binary multiples), as NCCL_BUFFSIZE users write them.
+bool parseInt(const char* v, long long* out) {
+  char* end = nullptr;
+  long long n = strtoll(v, &end, 0);
+  if (end == v) return false;
+  switch (*end) {
+    case 'k': case 'K': n <<= 10; ++end; break;
+    case 'm': case 'M': n <<= 20; ++end; break;
+    case 'g': case 'G': n <<= 30; ++end; break;
+    default: break;
+  }
+  if (*end != '\0') return false;
+  *out = n;
+  return true;
+}
+
+class Parser {
+ public:
+  Parser(const std::function<const char*(const char*)>& lookup, Config* cfg) : lookup_(lookup), cfg_(cfg) {}
+
+  const char* get(const char* name) {
+    const char* v = lookup_(name);
+    return (v && *v) ? v : nullptr;
+  }
+  void str(const char* name, std::string* field) {
+    if (const char* v = get(name)) *field = v;
+  }
+  template <typename T>
+  void integer(const char* name, T* field, long long lo, long long hi) {
+    const char* v = get(name);
+    if (!v) return;
+    long long n;
+    if (!parseInt(v, &n) || n < lo || n > hi) {
+      cfg_->warnings.push_back(format("%s=%s is not an integer in [%lld, %lld]; using %lld", name, v, lo, hi,
+                                      static_cast<long long>(*field)));
+      return;
+    }
+    *field = static_cast<T>(n);
+  }
+  void flag(const char* name, bool* field) {
+    int n = *field;
+    integer(name, &n, 0, 1);
+    *field = n != 0;
+  }
+  void seconds(const char* name, double* field) {
+    const char* v = get(name);
+    if (!v) return;
+    char* end = nullptr;
+    double d = strtod(v, &end);
+    if (end == v || *end != '\0' || d <= 0) {
+      cfg_->warnings.push_back(format("%s=%s is not a positive number of seconds; using %g", name, v, *field));
+      return;
+    }
+    *field = d;
+  }
+
+ private:
+  const std::function<const char*(const char*)>& lookup_;
+  Config* cfg_;
+};
+
+std::unique_ptr<Config>& slot() {
+  static std::unique_ptr<Config> cfg;
+  return cfg;
+}
+std::once_flag gOnce;
+
+}  // namespace
+
+Config Config::parse(const std::function<const char*(const char*)>& lookup) {
+  Config c;
+  Parser p(lookup, &c);
+  if (const char* v = p.get("NCCL_DEBUG")) {
+    if (!parseLevel(v, &c.debugLevel)) c.warnings.push_back(format("NCCL_DEBUG=%s is not VERSION|WARN|INFO|TRACE", v));
+  }
+  if (const char* v = p.get("NCCL_DEBUG_SUBSYS")) c.debugSubsys = parseSubsys(v, &c.warnings);
+  p.str("NCCL_DEBUG_FILE", &c.debugFile);
+  p.str("NCCL_HOSTID", &c.hostId);
+  p.str("NCCL_SOCKET_IFNAME", &c.socketIfname);
+  p.flag("NCCL_SHM_DISABLE", &c.shmDisable);
+  p.str("NCCL_ALGO", &c.algo);
+  p.str("NCCL_PROTO", &c.proto);
+  p.integer("NCCL_MIN_NCHANNELS", &c.minChannels, 1, 64);
+  p.integer("NCCL_MAX_NCHANNELS", &c.maxChannels, 1, 64);
+  p.integer("NCCL_BUFFSIZE", &c.buffSize, 4096, 1ll << 30);
+  p.integer("NCCL_COMM_BLOCKING", &c.commBlocking, 0, 1);
+  p.seconds("STRATA_TIMEOUT", &c.timeoutSec);
+  p.integer("STRATA_NSLOTS", &c.slots, 2, 64);
+  p.integer("STRATA_SPIN", &c.spinCount, 0, 1 << 24);
+  if (c.minChannels > c.maxChannels) {
+    c.warnings.push_back(format("NCCL_MIN_NCHANNELS=%d exceeds NCCL_MAX_NCHANNELS=%d; using %d", c.minChannels,
+                                c.maxChannels, c.maxChannels));
+    c.minChannels = c.maxChannels;
+  }
+  return c;
+}
+
+const Config& config() {
+  std::call_once(gOnce, [] {
+    if (!slot()) slot() = std::make_unique<Config>(Config::parse([](const char* n) { return getenv(n); }));
+  });
+  return *slot();
+}
+
+void reloadConfig() {
+  config();
+  *slot() = Config::parse([](const char* n) { return getenv(n); });
+}
+
+}  // namespace strata

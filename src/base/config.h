@@ -1,0 +1,59 @@
+// Every environment variable Strata reads, parsed once into one struct.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace strata {
+
+enum class LogLevel { kNone = 0, kVersion, kWarn, kInfo, kTrace };
+
+// Log subsystems, as NCCL_DEBUG_SUBSYS names them.
+enum LogSubsys : uint32_t {
+  kSubsysInit = 1u << 0,
+  kSubsysColl = 1u << 1,
+  kSubsysP2p = 1u << 2,
+  kSubsysShm = 1u << 3,
+  kSubsysNet = 1u << 4,
+  kSubsysGraph = 1u << 5,
+  kSubsysTuning = 1u << 6,
+  kSubsysEnv = 1u << 7,
+  kSubsysAlloc = 1u << 8,
+  kSubsysBootstrap = 1u << 9,
+  kSubsysAll = ~0u,
+};
+
+// The parsed environment. Field comments name the variable and its default.
+struct Config {
+  LogLevel debugLevel = LogLevel::kNone;    // NCCL_DEBUG: VERSION|WARN|INFO|TRACE (unset: silent, as NCCL)
+  uint32_t debugSubsys = kSubsysInit | kSubsysEnv;  // NCCL_DEBUG_SUBSYS: comma list, ^ excludes (NCCL's default INIT,ENV)
+  std::string debugFile;                    // NCCL_DEBUG_FILE: log file; %h host, %p pid
+  std::string hostId;                       // NCCL_HOSTID: overrides hostname+boot id as the node identity
+  std::string socketIfname;                 // NCCL_SOCKET_IFNAME: bootstrap interface (prefix, ^ exclude, = exact)
+  bool shmDisable = false;                  // NCCL_SHM_DISABLE=1: no shared-memory transport between processes
+  std::string algo;                         // NCCL_ALGO: allowed algorithms (NCCL list syntax)
+  std::string proto;                        // NCCL_PROTO: allowed protocols (NCCL list syntax)
+  int minChannels = 1;                      // NCCL_MIN_NCHANNELS
+  int maxChannels = 2;                      // NCCL_MAX_NCHANNELS
+  size_t buffSize = 1 << 20;                // NCCL_BUFFSIZE: bytes of staging per connection (host default 1 MiB)
+  int commBlocking = -1;                    // NCCL_COMM_BLOCKING: 0/1 overrides ncclConfig_t.blocking
+  double timeoutSec = 300;                  // STRATA_TIMEOUT: seconds any wait may last before it fails
+  int slots = 8;                            // STRATA_NSLOTS: slots per connection (buffSize / slots per step)
+  int spinCount = 2000;                     // STRATA_SPIN: polls before a waiting rank yields, then sleeps
+
+  std::vector<std::string> warnings;        // problems met while parsing; logged once logging is up
+
+  // Parses from a lookup (getenv in production, a map in tests).
+  static Config parse(const std::function<const char*(const char*)>& lookup);
+};
+
+// The process-wide configuration, parsed from the environment on first use.
+const Config& config();
+
+// Re-reads the environment (ncclResetDebugInit). Not safe while other threads use Strata.
+void reloadConfig();
+
+}  // namespace strata

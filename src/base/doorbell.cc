@@ -1,0 +1,57 @@
+#include "base/doorbell.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <map>
+#include <mutex>
+
+namespace strata {
+namespace {
+
+std::mutex gMutex;
+std::map<std::string, std::weak_ptr<Doorbell>>& registry() {
+  static std::map<std::string, std::weak_ptr<Doorbell>> r;
+  return r;
+}
+
+}  // namespace
+
+std::shared_ptr<Doorbell> Doorbell::create() {
+  std::shared_ptr<Doorbell> bell(new Doorbell(ShmSegment::create(64)));
+  std::lock_guard<std::mutex> lock(gMutex);
+  registry()[bell->name()] = bell;
+  return bell;
+}
+
+std::shared_ptr<Doorbell> Doorbell::attach(const std::string& name) {
+  std::lock_guard<std::mutex> lock(gMutex);
+  auto& slot = registry()[name];
+  if (auto live = slot.lock()) return live;
+  std::shared_ptr<Doorbell> bell(new Doorbell(ShmSegment::open(name)));
+  slot = bell;
+  return bell;
+}
+
+void Doorbell::ring() {
+  Word* w = word();
+  w->seq.fetch_add(1, std::memory_order_acq_rel);
+  // The sleeper increments `sleepers` before re-checking seq, so either it sees
+  // our increment or we see it sleeping (both are seq_cst operations).
+  if (w->sleepers.load(std::memory_order_seq_cst) != 0)
+    syscall(SYS_futex, &w->seq, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+void Doorbell::wait(uint32_t seen, int timeoutUs) {
+  Word* w = word();
+  w->sleepers.fetch_add(1, std::memory_order_seq_cst);
+  if (w->seq.load(std::memory_order_seq_cst) == seen) {
+    timespec ts{timeoutUs / 1000000, (timeoutUs % 1000000) * 1000L};
+    syscall(SYS_futex, &w->seq, FUTEX_WAIT, seen, &ts, nullptr, 0);
+  }
+  w->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+}  // namespace strata

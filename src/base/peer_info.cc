@@ -1,0 +1,46 @@
+#include "base/peer_info.h"
+
+#include <unistd.h>
+
+#include <fstream>
+
+#include "base/config.h"
+
+namespace strata {
+
+uint64_t hashBytes(const void* data, size_t n, uint64_t seed) {
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  uint64_t h = seed;
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+static std::string readFirstLine(const char* path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+
+uint64_t hostIdentity(std::string* description) {
+  std::string id = config().hostId;
+  if (id.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    id = std::string(host) + "/" + readFirstLine("/proc/sys/kernel/random/boot_id");
+  }
+  if (description) *description = id;
+  return hashBytes(id.data(), id.size());
+}
+
+uint64_t processIdentity() {
+  char ns[128] = {};
+  ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
+  std::string key = std::to_string(getpid()) + "/" + (n > 0 ? std::string(ns, n) : "");
+  return hashBytes(key.data(), key.size(), hostIdentity(nullptr));
+}
+
+}  // namespace strata

@@ -1,0 +1,35 @@
+// What every rank tells the others about itself at bootstrap.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/socket.h"
+
+namespace strata {
+
+// Fixed-layout record exchanged between ranks (all ranks run the same build).
+struct PeerInfo {
+  int rank = -1;
+  int pid = 0;
+  int device = -1;           // CUDA device, or -1 for host memory
+  uint64_t hostHash = 0;     // node identity: hostname + boot id, or NCCL_HOSTID
+  uint64_t processHash = 0;  // hostHash + pid + pid namespace: equal means same process
+  SockAddr listenAddr;       // where this rank's process accepts bootstrap messages
+  char hostname[64] = {};
+  char bellName[64] = {};    // shared-memory doorbell that peers ring
+
+  bool sameHost(const PeerInfo& o) const { return hostHash == o.hostHash; }
+  bool sameProcess(const PeerInfo& o) const { return processHash == o.processHash; }
+};
+
+// 64-bit FNV-1a over bytes, chained from `seed`.
+uint64_t hashBytes(const void* data, size_t n, uint64_t seed = 0xcbf29ce484222325ull);
+
+// The node identity: hash of NCCL_HOSTID if set, else of hostname and kernel boot id.
+uint64_t hostIdentity(std::string* description);
+
+// The process identity: host identity, pid and pid namespace.
+uint64_t processIdentity();
+
+}  // namespace strata

@@ -1,0 +1,48 @@
+// Small TCP helpers with deadlines, used by the bootstrap.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "base/clock.h"
+
+namespace strata {
+
+// An IPv4 or IPv6 socket address in a fixed-size, copyable form.
+struct SockAddr {
+  union {
+    sockaddr sa;
+    sockaddr_in v4;
+    sockaddr_in6 v6;
+  } u{};
+  socklen_t len = 0;
+
+  int family() const { return u.sa.sa_family; }
+  const sockaddr* raw() const { return &u.sa; }
+  int port() const;
+  void setPort(int port);
+  std::string str() const;  // "ip:port"
+  bool operator<(const SockAddr& o) const;
+};
+
+// The address peers should use to reach this process: the interface that
+// NCCL_SOCKET_IFNAME selects (prefix match, "^" excludes, "=" exact), else the
+// first non-loopback interface that is up, else loopback. Port 0.
+SockAddr chooseInterfaceAddress(const std::string& ifnameSpec, std::string* ifnameOut);
+
+// True when `name` is selected by an NCCL_SOCKET_IFNAME specification.
+bool interfaceMatches(const std::string& spec, const std::string& name);
+
+// A listening socket on addr (port chosen by the kernel); fills in the port.
+int listenOn(SockAddr* addr);
+// Connects to addr, retrying refused connections until the deadline.
+int connectTo(const SockAddr& addr, const Deadline& deadline);
+// Full-length send and receive; throw on error, peer close or deadline.
+void sendAll(int fd, const void* data, size_t bytes, const Deadline& deadline);
+void recvAll(int fd, void* data, size_t bytes, const Deadline& deadline);
+
+}  // namespace strata

@@ -1,0 +1,190 @@
+#include "core/communicator.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/config.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/shm_segment.h"
+
+namespace strata::core {
+namespace {
+
+constexpr uint64_t kP2pConnection = 1ull << 32;  // connection id of the one p2p link per ordered pair
+
+void copyString(char* dst, size_t cap, const std::string& s) {
+  size_t n = std::min(cap - 1, s.size());
+  memcpy(dst, s.data(), n);
+  dst[n] = '\0';
+}
+
+}  // namespace
+
+PeerInfo Communicator::describeSelf(int rank, const CommOptions& opts, std::shared_ptr<Doorbell>* bell) {
+  static std::once_flag sweep;
+  std::call_once(sweep, removeStaleSegments);
+  PeerInfo self;
+  self.rank = rank;
+  self.pid = getpid();
+  self.device = opts.device;
+  self.hostHash = hostIdentity(nullptr);
+  self.processHash = processIdentity();
+  self.listenAddr = PostOffice::instance().address();
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  copyString(self.hostname, sizeof(self.hostname), host);
+  *bell = Doorbell::create();
+  copyString(self.bellName, sizeof(self.bellName), (*bell)->name());
+  return self;
+}
+
+std::unique_ptr<Communicator> Communicator::fromRoot(const std::vector<UniqueIdLayout>& ids, int nranks, int rank,
+                                                     const CommOptions& opts, const std::atomic<bool>* abortFlag) {
+  std::unique_ptr<Communicator> comm(new Communicator());
+  PeerInfo self = describeSelf(rank, opts, &comm->bell_);
+  std::vector<PeerInfo> peers = rendezvous(ids, nranks, self);
+  std::vector<SockAddr> addrs;
+  for (const PeerInfo& p : peers) addrs.push_back(p.listenAddr);
+  WaitCheck check = [abortFlag, rank] {
+    STRATA_REQUIRE(!abortFlag || !abortFlag->load(), ncclInvalidUsage, "rank %d: communicator aborted during init",
+                   rank);
+  };
+  comm->setup(std::move(peers), std::make_unique<Bootstrap>(ids[0].magic, rank, std::move(addrs), check), opts);
+  return comm;
+}
+
+std::unique_ptr<Communicator> Communicator::fromParent(uint64_t magic, int rank, std::vector<SockAddr> addrs,
+                                                       const CommOptions& opts) {
+  std::unique_ptr<Communicator> comm(new Communicator());
+  PeerInfo self = describeSelf(rank, opts, &comm->bell_);
+  auto bootstrap = std::make_unique<Bootstrap>(magic, rank, std::move(addrs));
+  std::string mine(reinterpret_cast<const char*>(&self), sizeof(self));
+  std::vector<PeerInfo> peers;
+  for (const std::string& blob : bootstrap->allGather(mine)) {
+    PeerInfo p;
+    STRATA_REQUIRE(blob.size() == sizeof(p), ncclInternalError, "rank %d: peer info of %zu bytes", rank, blob.size());
+    memcpy(static_cast<void*>(&p), blob.data(), sizeof(p));
+    peers.push_back(p);
+  }
+  comm->setup(std::move(peers), std::move(bootstrap), opts);
+  return comm;
+}
+
+void Communicator::setup(std::vector<PeerInfo> peers, std::unique_ptr<Bootstrap> bootstrap, const CommOptions& opts) {
+  const Config& cfg = config();
+  peers_ = std::move(peers);
+  bootstrap_ = std::move(bootstrap);
+  opts_ = opts;
+  rank_ = bootstrap_->rank();
+  slots_ = std::min(cfg.slots, 64);
+  slotBytes_ = std::max<size_t>(4096, (cfg.buffSize / slots_) & ~size_t{63});
+  int nch = cfg.maxChannels;
+  if (opts.maxChannels > 0) nch = std::min(nch, opts.maxChannels);
+  if (opts.minChannels > 0) nch = std::max(nch, opts.minChannels);
+  nch = std::max(1, std::min(nch, 64));
+  if (nranks() > 1) channels_.resize(nch);
+  connectRing();
+  bootstrap_->barrier();  // every rank's connections are up before anyone returns
+  STRATA_INFO(kSubsysInit, rank_, "comm %s rank %d nranks %d pid %d - %d channel(s) of %d x %zu B slots%s%s",
+              opts_.name.empty() ? "-" : opts_.name.c_str(), rank_, nranks(), getpid(), numChannels(), slots_,
+              slotBytes_, nranks() > 1 ? ", ring via " : "",
+              nranks() > 1 ? transport::selectTransport(peers_[rank_], peers_[(rank_ + 1) % nranks()]).name() : "");
+}
+
+void Communicator::connectRing() {
+  if (channels_.empty()) return;
+  int n = nranks();
+  int prev = (rank_ + n - 1) % n, next = (rank_ + 1) % n;
+  std::vector<std::pair<int, uint64_t>> recvFrom, sendTo;
+  for (int c = 0; c < numChannels(); ++c) {
+    recvFrom.push_back({prev, static_cast<uint64_t>(c)});
+    sendTo.push_back({next, static_cast<uint64_t>(c)});
+  }
+  std::vector<std::unique_ptr<transport::RecvConnection>> recvs;
+  std::vector<std::unique_ptr<transport::SendConnection>> sends;
+  connect(recvFrom, sendTo, &recvs, &sends);
+  for (int c = 0; c < numChannels(); ++c) {
+    channels_[c].fromPrev = std::move(recvs[c]);
+    channels_[c].toNext = std::move(sends[c]);
+  }
+}
+
+void Communicator::connect(const std::vector<std::pair<int, uint64_t>>& recvFrom,
+                           const std::vector<std::pair<int, uint64_t>>& sendTo,
+                           std::vector<std::unique_ptr<transport::RecvConnection>>* recvs,
+                           std::vector<std::unique_ptr<transport::SendConnection>>* sends) {
+  const PeerInfo& self = peers_[rank_];
+  for (auto [peer, id] : recvFrom) {
+    transport::Transport& t = transport::selectTransport(self, peers_[peer]);
+    transport::ConnectRequest req{&self, &peers_[peer], slotBytes_, slots_};
+    std::string handle;
+    recvs->push_back(t.listen(req, &handle));
+    bootstrap_->send(peer, MsgKind::kConnect, id, std::string(t.name()) + '\0' + handle);
+    STRATA_TRACE(kSubsysInit, rank_, "connection %llu from rank %d via %s", static_cast<unsigned long long>(id), peer,
+                 t.name());
+  }
+  for (auto [peer, id] : sendTo) {
+    std::string msg = bootstrap_->recv(peer, MsgKind::kConnect, id);
+    size_t zero = msg.find('\0');
+    STRATA_REQUIRE(zero != std::string::npos, ncclInternalError, "rank %d: malformed connection handle", rank_);
+    std::string name = msg.substr(0, zero);
+    transport::Transport* chosen = nullptr;
+    for (transport::Transport* t : transport::transports())
+      if (name == t->name()) chosen = t;
+    STRATA_REQUIRE(chosen, ncclInvalidUsage,
+                   "rank %d: rank %d chose transport '%s', which this rank has disabled (check NCCL_SHM_DISABLE "
+                   "is the same on every rank)",
+                   rank_, peer, name.c_str());
+    transport::ConnectRequest req{&self, &peers_[peer], slotBytes_, slots_};
+    sends->push_back(chosen->connect(req, msg.substr(zero + 1)));
+  }
+}
+
+void Communicator::listenP2p(const std::set<int>& recvPeers) {
+  std::vector<std::pair<int, uint64_t>> recvFrom;
+  for (int p : recvPeers)
+    if (!p2pRecv_.count(p)) recvFrom.push_back({p, kP2pConnection});
+  if (recvFrom.empty()) return;
+  std::vector<std::unique_ptr<transport::RecvConnection>> recvs;
+  std::vector<std::unique_ptr<transport::SendConnection>> none;
+  connect(recvFrom, {}, &recvs, &none);
+  for (size_t i = 0; i < recvFrom.size(); ++i) p2pRecv_[recvFrom[i].first] = std::move(recvs[i]);
+  STRATA_INFO(kSubsysP2p, rank_, "p2p: receiving from %zu new peer(s)", recvFrom.size());
+}
+
+void Communicator::connectP2p(const std::set<int>& sendPeers) {
+  std::vector<std::pair<int, uint64_t>> sendTo;
+  for (int p : sendPeers)
+    if (!p2pSend_.count(p)) sendTo.push_back({p, kP2pConnection});
+  if (sendTo.empty()) return;
+  std::vector<std::unique_ptr<transport::RecvConnection>> none;
+  std::vector<std::unique_ptr<transport::SendConnection>> sends;
+  connect({}, sendTo, &none, &sends);
+  for (size_t i = 0; i < sendTo.size(); ++i) p2pSend_[sendTo[i].first] = std::move(sends[i]);
+  STRATA_INFO(kSubsysP2p, rank_, "p2p: sending to %zu new peer(s)", sendTo.size());
+}
+
+algorithms::LinkModel Communicator::linkModel() const {
+  // Staged copies cost a write into the slot and a read out of it; figures measured
+  // on the 2-core test VMs (docs/design.md has the numbers).
+  bool sameProcess = nranks() > 1 && peers_[0].sameProcess(peers_[nranks() - 1]);
+  return sameProcess ? algorithms::LinkModel{0.5, 6.0} : algorithms::LinkModel{1.0, 5.0};
+}
+
+void Communicator::abortConnections() {
+  for (Channel& ch : channels_) {
+    if (ch.toNext) ch.toNext->abort();
+    if (ch.fromPrev) ch.fromPrev->abort();
+  }
+  for (auto& [peer, c] : p2pSend_) c->abort();
+  for (auto& [peer, c] : p2pRecv_) c->abort();
+}
+
+Communicator::~Communicator() {
+  if (bootstrap_) PostOffice::instance().discard(bootstrap_->magic());
+}
+
+}  // namespace strata::core

@@ -1,0 +1,125 @@
+// One rank's view of a communicator: its peers, its ring channels and
+// point-to-point connections, its doorbell, its reduction ops and its state.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "algorithms/tuner.h"
+#include "base/doorbell.h"
+#include "base/peer_info.h"
+#include "core/bootstrap.h"
+#include "device/cpu_reduce.h"
+#include "transports/transport.h"
+
+namespace strata::core {
+
+// A ring channel: this rank receives from its predecessor and sends to its successor.
+struct Channel {
+  std::unique_ptr<transport::RecvConnection> fromPrev;
+  std::unique_ptr<transport::SendConnection> toNext;
+};
+
+// Options that come from ncclConfig_t and the call that creates the communicator.
+struct CommOptions {
+  bool blocking = true;
+  int device = -1;
+  std::string name;
+  int minChannels = 0;  // ncclConfig_t.minCTAs, 0 = unset
+  int maxChannels = 0;  // ncclConfig_t.maxCTAs, 0 = unset
+};
+
+class Communicator {
+ public:
+  // A new communicator from the unique id(s), after the root rendezvous.
+  static std::unique_ptr<Communicator> fromRoot(const std::vector<UniqueIdLayout>& ids, int nranks, int rank,
+                                                const CommOptions& opts, const std::atomic<bool>* abortFlag);
+  // A child of an existing communicator (split, shrink): members reached
+  // through the listener addresses the parent already knows.
+  static std::unique_ptr<Communicator> fromParent(uint64_t magic, int rank, std::vector<SockAddr> addrs,
+                                                  const CommOptions& opts);
+  ~Communicator();
+
+  int rank() const { return rank_; }
+  int nranks() const { return static_cast<int>(peers_.size()); }
+  int device() const { return opts_.device; }
+  uint64_t magic() const { return bootstrap_->magic(); }
+  const CommOptions& options() const { return opts_; }
+  const PeerInfo& peer(int r) const { return peers_[r]; }
+  Bootstrap& bootstrap() { return *bootstrap_; }
+  Doorbell& bell() { return *bell_; }
+  size_t slotBytes() const { return slotBytes_; }
+  int numChannels() const { return static_cast<int>(channels_.size()); }
+  Channel& channel(int c) { return channels_[c]; }
+  algorithms::LinkModel linkModel() const;
+
+  // Opens point-to-point connections that are not open yet, in two phases so
+  // that one thread can set up several communicators: first every receiver
+  // publishes its handles (listenP2p), then every sender picks them up
+  // (connectP2p). Both sides of a pair must ask in the same group.
+  void listenP2p(const std::set<int>& recvPeers);
+  void connectP2p(const std::set<int>& sendPeers);
+  transport::SendConnection& p2pSend(int peer) { return *p2pSend_.at(peer); }
+  transport::RecvConnection& p2pRecv(int peer) { return *p2pRecv_.at(peer); }
+
+  // Reduction ops made by ncclRedOpCreatePreMulSum.
+  ncclRedOp_t createPreMulSum(const void* scalar, ncclDataType_t type, ncclScalarResidence_t residence);
+  void destroyRedOp(ncclRedOp_t op);
+  // The op as the device layer applies it; validates it against the datatype.
+  device::ReduceOp resolveOp(ncclRedOp_t op, ncclDataType_t type, const char* fn) const;
+  bool isUserOp(ncclRedOp_t op) const;
+
+  // Error state, as ncclCommGetAsyncError reports it.
+  ncclResult_t asyncError() const { return asyncError_.load(); }
+  void setAsyncError(ncclResult_t r) { asyncError_.store(r); }
+  // Stops in-flight work here and tells every connected peer to stop too.
+  void abortConnections();
+  void requestAbort() { abortRequested_.store(true); }
+  bool abortRequested() const { return abortRequested_.load(); }
+  void revoke() { revoked_.store(true); }
+  bool revoked() const { return revoked_.load(); }
+  // Sequence numbers that make children's magics unique and agreed by all ranks.
+  uint64_t nextChildSeq() { return ++childSeq_; }
+
+ private:
+  Communicator() = default;
+  static PeerInfo describeSelf(int rank, const CommOptions& opts, std::shared_ptr<Doorbell>* bell);
+  void setup(std::vector<PeerInfo> peers, std::unique_ptr<Bootstrap> bootstrap, const CommOptions& opts);
+  void connectRing();
+  // Receivers publish handles first, then senders collect theirs: never deadlocks.
+  void connect(const std::vector<std::pair<int, uint64_t>>& recvFrom, const std::vector<std::pair<int, uint64_t>>& sendTo,
+               std::vector<std::unique_ptr<transport::RecvConnection>>* recvs,
+               std::vector<std::unique_ptr<transport::SendConnection>>* sends);
+
+  struct UserOp {
+    ncclDataType_t type;
+    ncclScalarResidence_t residence;
+    device::ReduceOp op;    // with the scalar, for ncclScalarHostImmediate
+    const void* scalarPtr;  // read when the op runs, for ncclScalarDevice
+    bool live;
+  };
+
+  int rank_ = 0;
+  CommOptions opts_;
+  std::vector<PeerInfo> peers_;
+  std::unique_ptr<Bootstrap> bootstrap_;
+  std::shared_ptr<Doorbell> bell_;
+  size_t slotBytes_ = 0;
+  int slots_ = 0;
+  std::vector<Channel> channels_;
+  std::map<int, std::unique_ptr<transport::SendConnection>> p2pSend_;
+  std::map<int, std::unique_ptr<transport::RecvConnection>> p2pRecv_;
+  mutable std::mutex opsMutex_;
+  std::vector<UserOp> userOps_;
+  std::atomic<ncclResult_t> asyncError_{ncclSuccess};
+  std::atomic<bool> abortRequested_{false};
+  std::atomic<bool> revoked_{false};
+  uint64_t childSeq_ = 0;
+};
+
+}  // namespace strata::core

@@ -1,0 +1,266 @@
+#include "core/executor.h"
+
+#include <sched.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "base/clock.h"
+#include "base/config.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "device/dtypes.h"
+
+namespace strata::core {
+namespace {
+
+constexpr size_t kBytesPerChannel = 512 << 10;  // below this, extra channels only add steps
+enum LaneKind { kRingLane = 0, kSendLane = 1, kRecvLane = 2 };
+
+bool reducing(algorithms::Collective c) {
+  return c == algorithms::Collective::kAllReduce || c == algorithms::Collective::kReduceScatter ||
+         c == algorithms::Collective::kReduce;
+}
+
+bool overlaps(const void* a, const void* b, size_t bytes) {
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x < y + bytes && y < x + bytes;
+}
+
+inline void cpuRelax() { __builtin_ia32_pause(); }
+
+}  // namespace
+
+void Executor::add(Communicator& comm, const OpDesc& op) {
+  work_[&comm];  // every communicator of the group takes part, even with nothing to move
+  if (op.count == 0) return;
+  size_t bytes = op.count * device::dtypeSize(op.type);
+  switch (op.kind) {
+    case OpKind::kSend: return addSend(comm, op, static_cast<const char*>(op.sendbuff), bytes, op.root);
+    case OpKind::kRecv: return addRecv(comm, op, static_cast<char*>(op.recvbuff), bytes, op.root);
+    case OpKind::kCollective:
+      if (op.coll >= algorithms::Collective::kAllToAll) return addPairwise(comm, op);
+      return addRing(comm, op);
+  }
+}
+
+void Executor::addRing(Communicator& comm, const OpDesc& op) {
+  int n = comm.nranks();
+  size_t esize = device::dtypeSize(op.type);
+  bool segmented = op.coll == algorithms::Collective::kAllGather || op.coll == algorithms::Collective::kReduceScatter;
+  algorithms::RingParams base;
+  base.coll = op.coll;
+  base.nranks = n;
+  base.pos = comm.rank();
+  base.rootPos = op.root;
+  base.stride = segmented ? op.count : 0;
+  base.chunk = comm.slotBytes() / esize;
+  device::ReduceOp rop = reducing(op.coll) ? comm.resolveOp(op.op, op.type, op.fn) : device::ReduceOp{};
+  size_t region = op.count;
+  int nch = 1;
+  if (n > 1) {
+    size_t wanted = (region * esize + kBytesPerChannel - 1) / kBytesPerChannel;
+    wanted = std::max<size_t>(wanted, static_cast<size_t>(config().minChannels));
+    nch = static_cast<int>(std::min<size_t>({wanted, static_cast<size_t>(comm.numChannels()), region}));
+  }
+  for (int c = 0; c < nch; ++c) {
+    algorithms::RingParams p = base;
+    p.begin = region * c / nch;
+    p.length = region * (c + 1) / nch - p.begin;
+    RingTaskArgs args{op.fn, comm.rank(), (comm.rank() + n - 1) % n, (comm.rank() + 1) % n, p,
+                      static_cast<const char*>(op.sendbuff), static_cast<char*>(op.recvbuff), op.type, rop,
+                      n > 1 ? comm.channel(c).fromPrev.get() : nullptr,
+                      n > 1 ? comm.channel(c).toNext.get() : nullptr};
+    lanes_[{&comm, kRingLane, c}].comm = &comm;
+    lanes_[{&comm, kRingLane, c}].tasks.push_back(makeRingTask(args));
+  }
+}
+
+// All-to-all, gather and scatter: one send and one receive per peer pair, plus the local piece.
+void Executor::addPairwise(Communicator& comm, const OpDesc& op) {
+  int n = comm.nranks(), r = comm.rank();
+  size_t piece = op.count * device::dtypeSize(op.type);
+  const char* src = static_cast<const char*>(op.sendbuff);
+  char* dst = static_cast<char*>(op.recvbuff);
+  switch (op.coll) {
+    case algorithms::Collective::kAllToAll:
+      if (overlaps(src, dst, piece * n)) {  // in place: send from a copy of the input
+        scratch_.emplace_back(new char[piece * n]);
+        memcpy(scratch_.back().get(), src, piece * n);
+        src = scratch_.back().get();
+      }
+      for (int j = 0; j < n; ++j) {
+        if (j == r) continue;
+        addSend(comm, op, src + j * piece, piece, j);
+        addRecv(comm, op, dst + j * piece, piece, j);
+      }
+      memcpy(dst + r * piece, src + r * piece, piece);
+      break;
+    case algorithms::Collective::kGather:
+      if (r != op.root) return addSend(comm, op, src, piece, op.root);
+      for (int j = 0; j < n; ++j)
+        if (j != r) addRecv(comm, op, dst + j * piece, piece, j);
+      if (dst + r * piece != src) memmove(dst + r * piece, src, piece);
+      break;
+    default:  // scatter
+      if (r != op.root) return addRecv(comm, op, dst, piece, op.root);
+      for (int j = 0; j < n; ++j)
+        if (j != r) addSend(comm, op, src + j * piece, piece, j);
+      if (dst != src + r * piece) memmove(dst, src + r * piece, piece);
+      break;
+  }
+}
+
+void Executor::addSend(Communicator& comm, const OpDesc& op, const char* buf, size_t bytes, int peer) {
+  CommWork& w = work_[&comm];
+  if (peer == comm.rank()) {
+    w.selfSends.push_back({op.fn, const_cast<char*>(buf), bytes});
+    return;
+  }
+  w.sendPeers.insert(peer);
+  pendingP2p_.push_back({&comm, kSendLane, P2pTaskArgs{op.fn, comm.rank(), peer, const_cast<char*>(buf), bytes,
+                                                       nullptr, nullptr}});
+}
+
+void Executor::addRecv(Communicator& comm, const OpDesc& op, char* buf, size_t bytes, int peer) {
+  CommWork& w = work_[&comm];
+  if (peer == comm.rank()) {
+    w.selfRecvs.push_back({op.fn, buf, bytes});
+    return;
+  }
+  w.recvPeers.insert(peer);
+  pendingP2p_.push_back({&comm, kRecvLane, P2pTaskArgs{op.fn, comm.rank(), peer, buf, bytes, nullptr, nullptr}});
+}
+
+// A rank's sends to itself meet its receives from itself in call order.
+void Executor::matchSelfCopies() {
+  for (auto& [comm, w] : work_) {
+    while (!w.selfSends.empty() && !w.selfRecvs.empty()) {
+      SelfCopy s = w.selfSends.front(), r = w.selfRecvs.front();
+      w.selfSends.pop_front();
+      w.selfRecvs.pop_front();
+      STRATA_REQUIRE(s.bytes == r.bytes, ncclInvalidUsage,
+                     "%s: rank %d sends %zu bytes to itself but its matching receive expects %zu", s.fn,
+                     comm->rank(), s.bytes, r.bytes);
+      if (s.ptr != r.ptr) memmove(r.ptr, s.ptr, s.bytes);
+    }
+    STRATA_REQUIRE(w.selfSends.empty() && w.selfRecvs.empty(), ncclInvalidUsage,
+                   "%s: rank %d has a %s to itself with no matching %s in the same group",
+                   (w.selfSends.empty() ? w.selfRecvs : w.selfSends).front().fn, comm->rank(),
+                   w.selfSends.empty() ? "ncclRecv" : "ncclSend", w.selfSends.empty() ? "ncclSend" : "ncclRecv");
+  }
+}
+
+void Executor::run() {
+  if (work_.empty()) return;
+  try {
+    matchSelfCopies();
+    for (auto& [comm, w] : work_) comm->listenP2p(w.recvPeers);
+    for (auto& [comm, w] : work_) comm->connectP2p(w.sendPeers);
+    for (PendingP2p& p : pendingP2p_) {
+      if (p.kind == kSendLane)
+        p.args.send = &p.comm->p2pSend(p.args.peer);
+      else
+        p.args.recv = &p.comm->p2pRecv(p.args.peer);
+      Lane& lane = lanes_[{p.comm, p.kind, p.args.peer}];
+      lane.comm = p.comm;
+      lane.tasks.push_back(makeP2pTask(p.args));
+    }
+  } catch (const Error& e) {
+    failAll(e.code(), e.what());
+  }
+  progressAll();
+}
+
+void Executor::progressAll() {
+  Communicator* first = work_.begin()->first;
+  Doorbell& bell = first->bell();
+  bool multi = work_.size() > 1;
+  int localRanks = 0;
+  for (int r = 0; r < first->nranks(); ++r) localRanks += first->peer(r).sameHost(first->peer(first->rank()));
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  // Oversubscribed ranks must give the core away quickly, or every step waits a scheduler slice.
+  int spin = localRanks > cores ? config().spinCount / 16 : config().spinCount;
+  int idle = 0;
+  double idleSince = 0, lastCheck = 0;
+  for (;;) {
+    uint32_t seen = bell.read();
+    bool moved;
+    try {
+      moved = sweep();
+    } catch (const Error& e) {
+      failAll(e.code(), e.what());
+    }
+    if (allDone_) return;
+    if (moved) {
+      idle = 0;
+      continue;
+    }
+    if (idle++ == 0) idleSince = lastCheck = nowSec();
+    if (idle < spin) {
+      cpuRelax();
+    } else if (idle < spin + 64) {
+      sched_yield();
+    } else {
+      bell.wait(seen, multi ? 200 : 20000);
+      double now = nowSec();
+      if (now - lastCheck > 0.1) {
+        checkHealth(now - idleSince);
+        lastCheck = now;
+      }
+    }
+  }
+}
+
+bool Executor::sweep() {
+  bool moved = false;
+  allDone_ = true;
+  for (auto& [key, lane] : lanes_) {
+    while (!lane.tasks.empty()) {
+      Task& t = *lane.tasks.front();
+      moved |= t.progress();
+      if (!t.done()) break;
+      lane.tasks.pop_front();
+    }
+    if (!lane.tasks.empty()) allDone_ = false;
+  }
+  return moved;
+}
+
+void Executor::checkHealth(double idleSec) {
+  for (auto& [key, lane] : lanes_) {
+    if (lane.tasks.empty()) continue;
+    Communicator& comm = *lane.comm;
+    const Task& t = *lane.tasks.front();
+    int peer = t.waitingOn();
+    if (comm.abortRequested())
+      failAll(ncclInvalidUsage, format("%s: rank %d: the communicator was aborted (ncclCommAbort or ncclCommRevoke) "
+                                       "while the operation ran",
+                                       t.fn(), comm.rank()));
+    if (t.peerAborted())
+      failAll(ncclRemoteError, format("%s: rank %d: rank %d stopped the operation (it failed, was aborted, or "
+                                      "saw another rank fail)",
+                                      t.fn(), comm.rank(), peer));
+    if (peer >= 0 && comm.peer(peer).sameHost(comm.peer(comm.rank())) && kill(comm.peer(peer).pid, 0) != 0 &&
+        errno == ESRCH)
+      failAll(ncclRemoteError, format("%s: rank %d: rank %d (pid %d) exited while this rank waited for it", t.fn(),
+                                      comm.rank(), peer, comm.peer(peer).pid));
+    if (idleSec > config().timeoutSec)
+      failAll(ncclSystemError, format("%s: rank %d made no progress for %.0f s waiting for rank %d (STRATA_TIMEOUT)",
+                                      t.fn(), comm.rank(), idleSec, peer));
+  }
+}
+
+void Executor::failAll(ncclResult_t code, const std::string& msg) {
+  for (auto& [comm, w] : work_) {
+    comm->abortConnections();
+    comm->setAsyncError(code);
+  }
+  STRATA_WARN(work_.empty() ? -1 : work_.begin()->first->rank(), "%s", msg.c_str());
+  throw Error(code, msg);
+}
+
+}  // namespace strata::core

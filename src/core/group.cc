@@ -1,0 +1,109 @@
+#include "core/group.h"
+
+#include <thread>
+#include <vector>
+
+#include "algorithms/tuner.h"
+#include "base/config.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "core/executor.h"
+
+namespace strata::core::group {
+namespace {
+
+struct GroupState {
+  int depth = 0;
+  std::vector<std::pair<ncclComm*, OpDesc>> ops;
+  std::vector<std::pair<ncclComm*, std::function<void()>>> inits;
+  ncclResult_t failed = ncclSuccess;
+  std::string failMessage;
+};
+
+thread_local GroupState tGroup;
+
+void runInits(std::vector<std::pair<ncclComm*, std::function<void()>>>& inits) {
+  if (inits.size() == 1) {
+    inits[0].second();
+  } else if (inits.size() > 1) {  // ranks of one clique rendezvous with each other: run them together
+    std::vector<std::thread> threads;
+    for (auto& [h, job] : inits) threads.emplace_back(job);
+    for (std::thread& t : threads) t.join();
+  }
+  for (auto& [h, job] : inits)
+    STRATA_REQUIRE(h->initState.load() == ncclSuccess, h->initState.load(),
+                   "ncclGroupEnd: rank %d failed to initialise: %s", h->rank, h->initError.c_str());
+}
+
+double estimateUs(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
+  double total = 0;
+  for (auto& [h, op] : ops) {
+    Communicator& comm = ready(h, "ncclGroupSimulateEnd");
+    algorithms::TuneRequest req;
+    req.coll = op.kind == OpKind::kCollective ? op.coll : algorithms::Collective::kSendRecv;
+    req.bytes = opBytes(op, comm.nranks());
+    req.nranks = comm.nranks();
+    req.link = comm.linkModel();
+    total += algorithms::choose(req, config().algo, config().proto).estimatedUs;
+  }
+  return total;
+}
+
+void runOps(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
+  Executor ex;
+  int blocking = -1;
+  for (auto& [h, op] : ops) {
+    Communicator& comm = ready(h, op.fn);
+    int b = comm.options().blocking ? 1 : 0;
+    STRATA_REQUIRE(blocking < 0 || blocking == b, ncclInvalidUsage,
+                   "ncclGroupEnd: a group mixes blocking and nonblocking communicators, which NCCL does not allow");
+    blocking = b;
+    STRATA_REQUIRE(comm.asyncError() == ncclSuccess, ncclInvalidUsage,
+                   "%s: rank %d: the communicator is in an error state (%d) after an earlier failure; abort it", op.fn,
+                   comm.rank(), static_cast<int>(comm.asyncError()));
+    ex.add(comm, op);
+  }
+  ex.run();
+}
+
+}  // namespace
+
+void start() { ++tGroup.depth; }
+
+bool active() { return tGroup.depth > 0; }
+
+void end(ncclSimInfo_t* sim) {
+  STRATA_REQUIRE(tGroup.depth > 0, ncclInvalidUsage,
+                 "ncclGroupEnd: no ncclGroupStart is open on this thread (group calls must be balanced)");
+  if (--tGroup.depth > 0) return;
+  GroupState g = std::move(tGroup);
+  tGroup = GroupState();
+  runInits(g.inits);
+  if (g.failed != ncclSuccess)
+    fail(g.failed, "ncclGroupEnd: a call in this group failed, so none of its operations ran: %s",
+         g.failMessage.c_str());
+  if (sim) {
+    sim->estimatedTime = static_cast<float>(estimateUs(g.ops));
+    return;
+  }
+  runOps(g.ops);
+}
+
+void deferInit(ncclComm* h, std::function<void()> job) { tGroup.inits.emplace_back(h, std::move(job)); }
+
+void enqueue(ncclComm* h, const OpDesc& op) {
+  if (tGroup.depth > 0) {
+    tGroup.ops.emplace_back(h, op);
+    return;
+  }
+  runOps({{h, op}});
+}
+
+void markFailed(ncclResult_t code, const std::string& msg) {
+  if (tGroup.depth > 0 && tGroup.failed == ncclSuccess) {
+    tGroup.failed = code;
+    tGroup.failMessage = msg;
+  }
+}
+
+}  // namespace strata::core::group

@@ -1,0 +1,230 @@
+#include "core/post_office.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "base/config.h"
+#include "base/error.h"
+#include "base/log.h"
+
+namespace strata::core {
+namespace {
+
+struct WireHeader {
+  uint64_t magic;
+  uint32_t kind;
+  int32_t src;
+  uint64_t seq;
+  uint64_t length;
+};
+
+constexpr uint64_t kMaxPayload = 1ull << 30;
+
+}  // namespace
+
+bool MsgKey::operator<(const MsgKey& o) const {
+  return std::tie(magic, kind, src, seq) < std::tie(o.magic, o.kind, o.src, o.seq);
+}
+
+struct PostOffice::State {
+  std::mutex mutex;
+  std::condition_variable arrived;
+  std::map<MsgKey, std::deque<std::string>> mailbox;
+  std::set<uint64_t> roots;
+  bool started = false;
+  int listenFd = -1;
+  int wakePipe[2] = {-1, -1};
+  SockAddr addr;
+  std::mutex sendMutex;
+  std::map<SockAddr, int> outgoing;  // cached connections, by destination
+
+  void start();
+  void serve();
+  bool readMessage(int fd);
+};
+
+namespace {
+PostOffice::State* gState = nullptr;
+}
+
+PostOffice& PostOffice::instance() {
+  static PostOffice office;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    gState = new PostOffice::State();
+    // A forked child has none of the parent's threads: give it a fresh, unstarted office.
+    pthread_atfork(nullptr, nullptr, [] {
+      if (gState) {
+        if (gState->listenFd >= 0) close(gState->listenFd);
+        for (auto& [addr, fd] : gState->outgoing) close(fd);
+      }
+      gState = new PostOffice::State();  // the old one's mutexes may be held: leave it
+    });
+  });
+  return office;
+}
+
+PostOffice::State& PostOffice::state() { return *gState; }
+
+void PostOffice::State::start() {
+  std::string ifname;
+  addr = chooseInterfaceAddress(config().socketIfname, &ifname);
+  listenFd = listenOn(&addr);
+  if (pipe(wakePipe) != 0) failErrno("pipe");
+  STRATA_INFO(kSubsysBootstrap, -1, "Bootstrap: listening on %s (%s)", addr.str().c_str(), ifname.c_str());
+  std::thread([this] { serve(); }).detach();
+  started = true;
+}
+
+// Accepts connections and files every complete message under its key.
+void PostOffice::State::serve() {
+  std::vector<int> conns;
+  for (;;) {
+    std::vector<pollfd> fds{{listenFd, POLLIN, 0}};
+    for (int c : conns) fds.push_back({c, POLLIN, 0});
+    if (poll(fds.data(), fds.size(), -1) < 0) continue;
+    if (fds[0].revents & POLLIN) {
+      int c = accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c >= 0) conns.push_back(c);
+    }
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      int c = fds[i].fd;
+      if (!readMessage(c)) {
+        close(c);
+        conns.erase(std::find(conns.begin(), conns.end(), c));
+      }
+    }
+  }
+}
+
+bool PostOffice::State::readMessage(int fd) {
+  try {
+    Deadline deadline(config().timeoutSec);
+    WireHeader h;
+    recvAll(fd, &h, sizeof(h), deadline);
+    if (h.length > kMaxPayload) return false;
+    std::string payload(h.length, '\0');
+    recvAll(fd, payload.data(), payload.size(), deadline);
+    MsgKey key{h.magic, static_cast<MsgKind>(h.kind), h.src, h.seq};
+    char ack = 1;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (key.kind == MsgKind::kRootHello && !roots.count(key.magic)) {
+        ack = 0;
+      } else {
+        mailbox[key].push_back(std::move(payload));
+      }
+    }
+    arrived.notify_all();
+    if (!ack)
+      STRATA_WARN(-1, "Bootstrap: refused a rank whose unique id magic %016llx is not one this process issued",
+                  static_cast<unsigned long long>(key.magic));
+    sendAll(fd, &ack, 1, deadline);
+    return true;
+  } catch (const Error&) {
+    return false;  // the sender went away; its side reports the failure
+  }
+}
+
+SockAddr PostOffice::address() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.started) s.start();
+  return s.addr;
+}
+
+void PostOffice::openRoot(uint64_t magic) {
+  address();
+  std::lock_guard<std::mutex> lock(state().mutex);
+  state().roots.insert(magic);
+}
+
+void PostOffice::closeRoot(uint64_t magic) {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  state().roots.erase(magic);
+}
+
+void PostOffice::send(const SockAddr& to, const MsgKey& key, const std::string& payload, const Deadline& deadline) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.sendMutex);
+  WireHeader h{key.magic, static_cast<uint32_t>(key.kind), key.src, key.seq, payload.size()};
+  for (int attempt = 0;; ++attempt) {
+    auto it = s.outgoing.find(to);
+    if (it == s.outgoing.end()) it = s.outgoing.emplace(to, connectTo(to, deadline)).first;
+    try {
+      sendAll(it->second, &h, sizeof(h), deadline);
+      sendAll(it->second, payload.data(), payload.size(), deadline);
+      char ack = 0;
+      recvAll(it->second, &ack, 1, deadline);
+      if (!ack)
+        fail(ncclInvalidArgument,
+             "the bootstrap root at %s refused this rank: its unique id does not match the one the root issued "
+             "(stale or corrupted ncclUniqueId?)",
+             to.str().c_str());
+      return;
+    } catch (const Error& e) {
+      close(it->second);
+      s.outgoing.erase(it);
+      // A cached connection may have been closed by a peer that restarted its listener; retry once fresh.
+      if (attempt > 0 || e.code() == ncclInvalidArgument) throw;
+    }
+  }
+}
+
+std::string PostOffice::receive(const MsgKey& key, const Deadline& deadline, const WaitCheck& check) {
+  State& s = state();
+  std::unique_lock<std::mutex> lock(s.mutex);
+  for (;;) {
+    auto it = s.mailbox.find(key);
+    if (it != s.mailbox.end() && !it->second.empty()) {
+      std::string msg = std::move(it->second.front());
+      it->second.pop_front();
+      if (it->second.empty()) s.mailbox.erase(it);
+      return msg;
+    }
+    if (deadline.expired()) fail(ncclSystemError, "timed out");
+    if (check) {
+      lock.unlock();
+      check();
+      lock.lock();
+    }
+    s.arrived.wait_for(lock, std::chrono::milliseconds(deadline.remainingMs(100)));
+  }
+}
+
+std::string PostOffice::receiveAny(MsgKey* key, const Deadline& deadline) {
+  State& s = state();
+  std::unique_lock<std::mutex> lock(s.mutex);
+  for (;;) {
+    for (auto it = s.mailbox.begin(); it != s.mailbox.end(); ++it) {
+      if (it->first.magic != key->magic || it->first.kind != key->kind || it->second.empty()) continue;
+      *key = it->first;
+      std::string msg = std::move(it->second.front());
+      it->second.pop_front();
+      if (it->second.empty()) s.mailbox.erase(it);
+      return msg;
+    }
+    if (deadline.expired()) fail(ncclSystemError, "timed out");
+    s.arrived.wait_for(lock, std::chrono::milliseconds(deadline.remainingMs(100)));
+  }
+}
+
+void PostOffice::discard(uint64_t magic) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  for (auto it = s.mailbox.begin(); it != s.mailbox.end();)
+    it = it->first.magic == magic ? s.mailbox.erase(it) : std::next(it);
+}
+
+}  // namespace strata::core

@@ -1,0 +1,61 @@
+// The process's bootstrap endpoint: one TCP listener and a mailbox of
+// messages keyed by (communicator magic, kind, source rank, sequence), so that
+// bootstrap exchanges never depend on the receiving rank being in a call.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "base/clock.h"
+#include "base/socket.h"
+
+namespace strata::core {
+
+enum class MsgKind : uint32_t {
+  kRootHello = 1,  // rank(s) -> bootstrap root: PeerInfo entries
+  kRootTable = 2,  // root -> rank: the full table, or an error text
+  kGather = 3,     // rank -> hub in an all-gather
+  kScatter = 4,    // hub -> rank in an all-gather
+  kConnect = 5,    // receiver -> sender: a transport handle
+};
+
+struct MsgKey {
+  uint64_t magic = 0;
+  MsgKind kind = MsgKind::kGather;
+  int32_t src = -1;
+  uint64_t seq = 0;
+  bool operator<(const MsgKey& o) const;
+};
+
+// Called while waiting; throws to end the wait early (abort, dead peer).
+using WaitCheck = std::function<void()>;
+
+class PostOffice {
+ public:
+  static PostOffice& instance();
+
+  // Where peers reach this process (starts the listener on first use).
+  SockAddr address();
+  // Accepts kRootHello messages for this magic; others are refused, so a rank
+  // holding a stale or corrupted unique id fails at once.
+  void openRoot(uint64_t magic);
+  void closeRoot(uint64_t magic);
+
+  // Delivers a message; throws if the peer refuses it or cannot be reached.
+  void send(const SockAddr& to, const MsgKey& key, const std::string& payload, const Deadline& deadline);
+  // Waits for the message with exactly this key.
+  std::string receive(const MsgKey& key, const Deadline& deadline, const WaitCheck& check = {});
+  // Waits for any message of this magic and kind; fills in the key.
+  std::string receiveAny(MsgKey* key, const Deadline& deadline);
+  // Drops queued messages of a communicator that is gone.
+  void discard(uint64_t magic);
+
+  struct State;
+
+ private:
+  PostOffice() = default;
+  State& state();
+};
+
+}  // namespace strata::core

@@ -1,0 +1,85 @@
+// Reduction ops: NCCL's built-ins and the pre-multiplied sums users create.
+#include <cstring>
+
+#include "base/error.h"
+#include "core/communicator.h"
+#include "device/dtypes.h"
+
+namespace strata::core {
+namespace {
+
+// Reads a scalar of `type` into the op's integer or floating slot.
+void readScalar(const void* p, ncclDataType_t type, device::ReduceOp* op) {
+  device::withType(type, [&](auto tag) {
+    using T = decltype(tag);
+    T v;
+    memcpy(&v, p, sizeof(T));
+    auto c = device::Format<T>::load(v);
+    if constexpr (std::is_integral_v<decltype(c)>)
+      op->scalarI = static_cast<int64_t>(c);
+    else
+      op->scalarF = static_cast<double>(c);
+  });
+}
+
+}  // namespace
+
+ncclRedOp_t Communicator::createPreMulSum(const void* scalar, ncclDataType_t type, ncclScalarResidence_t residence) {
+  UserOp u{type, residence, {}, scalar, true};
+  u.op.kind = device::ReduceKind::kSum;
+  u.op.preMultiply = true;
+  if (residence == ncclScalarHostImmediate) readScalar(scalar, type, &u.op);
+  std::lock_guard<std::mutex> lock(opsMutex_);
+  for (size_t i = 0; i < userOps_.size(); ++i) {
+    if (!userOps_[i].live) {  // reuse freed ids so create/destroy loops do not grow the table
+      userOps_[i] = u;
+      return static_cast<ncclRedOp_t>(ncclNumOps + i);
+    }
+  }
+  STRATA_REQUIRE(userOps_.size() < 1u << 20, ncclInvalidUsage,
+                 "ncclRedOpCreatePreMulSum: rank %d has 2^20 live ops; destroy some with ncclRedOpDestroy", rank_);
+  userOps_.push_back(u);
+  return static_cast<ncclRedOp_t>(ncclNumOps + userOps_.size() - 1);
+}
+
+bool Communicator::isUserOp(ncclRedOp_t op) const {
+  std::lock_guard<std::mutex> lock(opsMutex_);
+  size_t i = static_cast<size_t>(op) - ncclNumOps;
+  return op >= ncclNumOps && i < userOps_.size() && userOps_[i].live;
+}
+
+void Communicator::destroyRedOp(ncclRedOp_t op) {
+  STRATA_REQUIRE(isUserOp(op), ncclInvalidArgument,
+                 "ncclRedOpDestroy: rank %d: op %d was not created by ncclRedOpCreatePreMulSum on this communicator "
+                 "(or was already destroyed)",
+                 rank_, static_cast<int>(op));
+  std::lock_guard<std::mutex> lock(opsMutex_);
+  userOps_[op - ncclNumOps].live = false;
+}
+
+device::ReduceOp Communicator::resolveOp(ncclRedOp_t op, ncclDataType_t type, const char* fn) const {
+  device::ReduceOp r;
+  switch (op) {
+    case ncclSum: r.kind = device::ReduceKind::kSum; return r;
+    case ncclProd: r.kind = device::ReduceKind::kProd; return r;
+    case ncclMax: r.kind = device::ReduceKind::kMax; return r;
+    case ncclMin: r.kind = device::ReduceKind::kMin; return r;
+    case ncclAvg:
+      r.kind = device::ReduceKind::kSum;
+      r.postDivide = nranks();
+      return r;
+    default: break;
+  }
+  STRATA_REQUIRE(isUserOp(op), ncclInvalidArgument, "%s: rank %d: unknown reduction op %d", fn, rank_,
+                 static_cast<int>(op));
+  std::lock_guard<std::mutex> lock(opsMutex_);
+  const UserOp& u = userOps_[op - ncclNumOps];
+  STRATA_REQUIRE(u.type == type, ncclInvalidArgument,
+                 "%s: rank %d: op %d was created for %s but is used with %s", fn, rank_, static_cast<int>(op),
+                 device::dtypeName(u.type), device::dtypeName(type));
+  r = u.op;
+  if (u.residence == ncclScalarDevice) readScalar(u.scalarPtr, type, &r);
+  return r;
+}
+
+}  // namespace strata::core

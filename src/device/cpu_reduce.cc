@@ -1,0 +1,105 @@
+#include "device/cpu_reduce.h"
+
+#include <cstring>
+#include <type_traits>
+
+#include "device/dtypes.h"
+
+namespace strata::device {
+namespace {
+
+template <typename C>
+C applyKind(C a, C b, ReduceKind kind) {
+  if constexpr (std::is_integral_v<C>) {
+    using U = std::make_unsigned_t<C>;
+    switch (kind) {  // unsigned arithmetic wraps instead of overflowing
+      case ReduceKind::kSum: return static_cast<C>(static_cast<U>(a) + static_cast<U>(b));
+      case ReduceKind::kProd: return static_cast<C>(static_cast<U>(a) * static_cast<U>(b));
+      case ReduceKind::kMax: return a > b ? a : b;
+      default: return a < b ? a : b;
+    }
+  } else {
+    switch (kind) {
+      case ReduceKind::kSum: return a + b;
+      case ReduceKind::kProd: return a * b;
+      case ReduceKind::kMax: return a > b ? a : b;
+      default: return a < b ? a : b;
+    }
+  }
+}
+
+template <typename T>
+typename Format<T>::Compute scalarOf(const ReduceOp& op) {
+  using C = typename Format<T>::Compute;
+  if constexpr (std::is_integral_v<C>) return static_cast<C>(op.scalarI);
+  // Round the scalar to the storage type first, as a scalar of that datatype would be.
+  else return Format<T>::load(Format<T>::store(static_cast<C>(op.scalarF)));
+}
+
+// The hot loops: one per kind so the compiler vectorises each; ivdep because
+// dst may alias an input exactly, which is safe element by element.
+template <typename T, ReduceKind K>
+void reduceLoop(T* dst, const T* acc, const T* local, size_t n) {
+  using F = Format<T>;
+#pragma GCC ivdep
+  for (size_t i = 0; i < n; ++i) dst[i] = F::store(applyKind(F::load(acc[i]), F::load(local[i]), K));
+}
+
+template <typename T>
+void reduceTyped(void* dstV, const void* accV, const void* localV, size_t n, const ReduceOp& op) {
+  using F = Format<T>;
+  T* dst = static_cast<T*>(dstV);
+  const T* acc = static_cast<const T*>(accV);
+  const T* local = static_cast<const T*>(localV);
+  if (op.preMultiply) {
+    auto s = scalarOf<T>(op);
+#pragma GCC ivdep
+    for (size_t i = 0; i < n; ++i) {
+      T scaled = F::store(F::load(local[i]) * s);  // rounded to T, as a pre-multiplied input is
+      dst[i] = F::store(applyKind(F::load(acc[i]), F::load(scaled), ReduceKind::kSum));
+    }
+    return;
+  }
+  switch (op.kind) {
+    case ReduceKind::kSum: return reduceLoop<T, ReduceKind::kSum>(dst, acc, local, n);
+    case ReduceKind::kProd: return reduceLoop<T, ReduceKind::kProd>(dst, acc, local, n);
+    case ReduceKind::kMax: return reduceLoop<T, ReduceKind::kMax>(dst, acc, local, n);
+    case ReduceKind::kMin: return reduceLoop<T, ReduceKind::kMin>(dst, acc, local, n);
+  }
+}
+
+}  // namespace
+
+void prepare(void* dst, const void* src, size_t count, ncclDataType_t type, const ReduceOp& op) {
+  if (!op.preMultiply) {
+    if (dst != src) memcpy(dst, src, count * dtypeSize(type));
+    return;
+  }
+  withType(type, [&](auto tag) {
+    using T = decltype(tag);
+    using F = Format<T>;
+    auto s = scalarOf<T>(op);
+    T* d = static_cast<T*>(dst);
+    const T* in = static_cast<const T*>(src);
+#pragma GCC ivdep
+    for (size_t i = 0; i < count; ++i) d[i] = F::store(F::load(in[i]) * s);
+  });
+}
+
+void reduce(void* dst, const void* acc, const void* local, size_t count, ncclDataType_t type, const ReduceOp& op) {
+  withType(type, [&](auto tag) { reduceTyped<decltype(tag)>(dst, acc, local, count, op); });
+}
+
+void finalize(void* dst, size_t count, ncclDataType_t type, const ReduceOp& op) {
+  if (op.postDivide <= 1) return;
+  withType(type, [&](auto tag) {
+    using T = decltype(tag);
+    using F = Format<T>;
+    using C = typename F::Compute;
+    T* d = static_cast<T*>(dst);
+    C div = static_cast<C>(op.postDivide);
+    for (size_t i = 0; i < count; ++i) d[i] = F::store(F::load(d[i]) / div);
+  });
+}
+
+}  // namespace strata::device

@@ -1,0 +1,31 @@
+// Copy and element-wise reduction on host memory for every NCCL type and op.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "nccl.h"
+
+namespace strata::device {
+
+enum class ReduceKind { kSum, kProd, kMax, kMin };
+
+// A reduction as the executor applies it: a base operation, an optional
+// scalar that multiplies each rank's own input (ncclRedOpCreatePreMulSum),
+// and an optional divisor applied to the final result (ncclAvg).
+struct ReduceOp {
+  ReduceKind kind = ReduceKind::kSum;
+  bool preMultiply = false;
+  double scalarF = 1.0;  // scalar for floating types
+  int64_t scalarI = 1;   // scalar for integer types
+  int postDivide = 0;    // 0: none; n: divide the result by n
+};
+
+// dst[i] = prepare(src[i]): a copy, or src * scalar for a pre-multiplied sum.
+void prepare(void* dst, const void* src, size_t count, ncclDataType_t type, const ReduceOp& op);
+// dst[i] = acc[i] OP prepare(local[i]). dst may equal acc or local.
+void reduce(void* dst, const void* acc, const void* local, size_t count, ncclDataType_t type, const ReduceOp& op);
+// dst[i] = dst[i] / postDivide, when the op asks for it.
+void finalize(void* dst, size_t count, ncclDataType_t type, const ReduceOp& op);
+
+}  // namespace strata::device

@@ -1,0 +1,54 @@
+#include "transports/loopback/loopback_transport.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "base/error.h"
+#include "transports/common/fifo.h"
+
+namespace strata::transport::loopback {
+namespace {
+
+// FIFOs created by listen() and not yet picked up by connect(), by token.
+std::mutex gMutex;
+std::map<uint64_t, std::shared_ptr<void>> gPending;
+uint64_t gNextToken = 1;
+
+std::shared_ptr<void> allocateFifo(size_t bytes) {
+  void* mem = aligned_alloc(4096, (bytes + 4095) & ~size_t{4095});
+  if (!mem) fail(ncclSystemError, "out of host memory allocating %zu bytes of loopback staging", bytes);
+  memset(mem, 0, bytes);  // touch every page now rather than on the data path
+  return std::shared_ptr<void>(mem, free);
+}
+
+}  // namespace
+
+std::unique_ptr<RecvConnection> LoopbackTransport::listen(const ConnectRequest& req, std::string* handle) {
+  auto mem = allocateFifo(fifoBytes(req.slotBytes, req.slots));
+  fifoInit(mem.get(), req.slotBytes, req.slots);
+  uint64_t token;
+  {
+    std::lock_guard<std::mutex> lock(gMutex);
+    token = gNextToken++;
+    gPending[token] = mem;
+  }
+  *handle = std::to_string(token);
+  return makeFifoReceiver(mem.get(), mem, Doorbell::attach(req.peer->bellName));
+}
+
+std::unique_ptr<SendConnection> LoopbackTransport::connect(const ConnectRequest& req, const std::string& handle) {
+  std::shared_ptr<void> mem;
+  {
+    std::lock_guard<std::mutex> lock(gMutex);
+    auto it = gPending.find(std::stoull(handle));
+    STRATA_REQUIRE(it != gPending.end(), ncclInternalError,
+                   "loopback: no staging buffer for handle %s from rank %d", handle.c_str(), req.peer->rank);
+    mem = std::move(it->second);
+    gPending.erase(it);
+  }
+  return makeFifoSender(mem.get(), mem, Doorbell::attach(req.peer->bellName));
+}
+
+}  // namespace strata::transport::loopback

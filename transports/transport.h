@@ -1,0 +1,71 @@
+// The only view of a transport that the algorithms and the executor get.
+//
+// A connection is one-way, from a sender rank to a receiver rank, and carries
+// a sequence of messages of at most slotBytes() each through a ring of slots
+// in staging memory that the receiver owns. Both ends poll without blocking;
+// when neither can move, the executor sleeps on its rank's doorbell, which the
+// other end rings after every post or release.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/doorbell.h"
+#include "base/peer_info.h"
+
+namespace strata::transport {
+
+class SendConnection {
+ public:
+  virtual ~SendConnection() = default;
+  // The next free slot, or nullptr while the receiver still holds them all.
+  virtual void* trySlot() = 0;
+  // Publishes the slot from trySlot() holding `bytes` bytes.
+  virtual void post(size_t bytes) = 0;
+  virtual size_t slotBytes() const = 0;
+  // Marks the connection failed so that the receiver stops waiting.
+  virtual void abort() = 0;
+  // True when the receiver marked the connection failed.
+  virtual bool peerAborted() const = 0;
+};
+
+class RecvConnection {
+ public:
+  virtual ~RecvConnection() = default;
+  // The oldest unread message, or nullptr when none has arrived.
+  virtual const void* tryData(size_t* bytes) = 0;
+  // Frees the message from tryData() for the sender to reuse.
+  virtual void release() = 0;
+  virtual void abort() = 0;
+  virtual bool peerAborted() const = 0;
+};
+
+// What both ends know when they set up a connection.
+struct ConnectRequest {
+  const PeerInfo* self = nullptr;
+  const PeerInfo* peer = nullptr;
+  size_t slotBytes = 0;
+  int slots = 0;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const char* name() const = 0;
+  // True when this transport can link these two ranks.
+  virtual bool canConnect(const PeerInfo& self, const PeerInfo& peer) const = 0;
+  // Receiver side: allocates the staging memory; `handle` is sent to the sender.
+  virtual std::unique_ptr<RecvConnection> listen(const ConnectRequest& req, std::string* handle) = 0;
+  // Sender side, given the receiver's handle.
+  virtual std::unique_ptr<SendConnection> connect(const ConnectRequest& req, const std::string& handle) = 0;
+};
+
+// Transports in priority order, minus those the configuration disables.
+const std::vector<Transport*>& transports();
+
+// The first transport that can connect the pair; throws naming both ranks if none can.
+Transport& selectTransport(const PeerInfo& self, const PeerInfo& peer);
+
+}  // namespace strata::transport
