@@ -125,7 +125,7 @@ void runRoot(uint64_t magic) {
     h.expected = h.nranks;
     h.forward = 0;
     try {
-      po.send(h.firstRoot, MsgKey{h.firstMagic, MsgKind::kRootHello, -1, 0}, packPeers(h, collected),
+      po.send(h.firstRoot, MsgKey{h.firstMagic, MsgKind::kRootHello, -1, -1, 0}, packPeers(h, collected),
               Deadline(config().timeoutSec));
       return;
     } catch (const Error& e) {
@@ -138,7 +138,7 @@ void runRoot(uint64_t magic) {
   if (!c.error.empty()) STRATA_WARN(-1, "Bootstrap root: %s", c.error.c_str());
   for (const PeerInfo& p : collected) {
     try {
-      po.send(p.listenAddr, MsgKey{replyMagic, MsgKind::kRootTable, -1, 0}, reply, Deadline(10));
+      po.send(p.listenAddr, MsgKey{replyMagic, MsgKind::kRootTable, -1, p.rank, 0}, reply, Deadline(10));
     } catch (const Error& e) {
       STRATA_WARN(-1, "Bootstrap root: could not answer rank %d at %s: %s", p.rank, p.listenAddr.str().c_str(),
                   e.what());
@@ -184,10 +184,11 @@ std::vector<PeerInfo> rendezvous(const std::vector<UniqueIdLayout>& ids, int nra
   HelloHeader h{nranks, 1, mine == 0 ? nranks : count, mine != 0, first.magic, first.root};
   PostOffice& po = PostOffice::instance();
   Deadline deadline(config().timeoutSec);
-  po.send(ids[mine].root, MsgKey{ids[mine].magic, MsgKind::kRootHello, self.rank, 0}, packPeers(h, {self}), deadline);
+  po.send(ids[mine].root, MsgKey{ids[mine].magic, MsgKind::kRootHello, self.rank, -1, 0}, packPeers(h, {self}), deadline);
   std::string reply;
   try {
-    reply = po.receive(MsgKey{first.magic, MsgKind::kRootTable, -1, 0}, deadline);
+    // Wait a little longer than the root does, so that its report of missing ranks arrives first.
+    reply = po.receive(MsgKey{first.magic, MsgKind::kRootTable, -1, self.rank, 0}, Deadline(config().timeoutSec + 5));
   } catch (const Error&) {
     fail(ncclSystemError,
          "rank %d: no answer from the bootstrap root at %s within %.0f s (STRATA_TIMEOUT); the root names the "
@@ -207,12 +208,12 @@ Bootstrap::Bootstrap(uint64_t magic, int rank, std::vector<SockAddr> addrs, Wait
     : magic_(magic), rank_(rank), addrs_(std::move(addrs)), check_(std::move(check)) {}
 
 void Bootstrap::send(int peer, MsgKind kind, uint64_t seq, const std::string& payload) {
-  PostOffice::instance().send(addrs_[peer], MsgKey{magic_, kind, rank_, seq}, payload, Deadline(config().timeoutSec));
+  PostOffice::instance().send(addrs_[peer], MsgKey{magic_, kind, rank_, peer, seq}, payload, Deadline(config().timeoutSec));
 }
 
 std::string Bootstrap::recv(int peer, MsgKind kind, uint64_t seq) {
   try {
-    return PostOffice::instance().receive(MsgKey{magic_, kind, peer, seq}, Deadline(config().timeoutSec), check_);
+    return PostOffice::instance().receive(MsgKey{magic_, kind, peer, rank_, seq}, Deadline(config().timeoutSec), check_);
   } catch (const Error& e) {
     if (e.code() != ncclSystemError || strcmp(e.what(), "timed out") != 0) throw;
     fail(ncclSystemError, "rank %d: rank %d did not answer a bootstrap exchange within %.0f s (STRATA_TIMEOUT)",
@@ -235,13 +236,13 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
   arrived[0] = true;
   for (int r = 1; r < n; ++r) {
     try {
-      all[r] = PostOffice::instance().receive(MsgKey{magic_, MsgKind::kGather, r, seq}, deadline, check_);
+      all[r] = PostOffice::instance().receive(MsgKey{magic_, MsgKind::kGather, r, 0, seq}, deadline, check_);
       arrived[r] = true;
     } catch (const Error& e) {
       if (strcmp(e.what(), "timed out") != 0) throw;
       for (int q = r + 1; q < n; ++q) {  // see who else is missing, without waiting further
         try {
-          PostOffice::instance().receive(MsgKey{magic_, MsgKind::kGather, q, seq}, Deadline(0));
+          PostOffice::instance().receive(MsgKey{magic_, MsgKind::kGather, q, 0, seq}, Deadline(0));
           arrived[q] = true;
         } catch (const Error&) {
         }

@@ -24,6 +24,7 @@ struct WireHeader {
   uint64_t magic;
   uint32_t kind;
   int32_t src;
+  int32_t dst;
   uint64_t seq;
   uint64_t length;
 };
@@ -33,7 +34,7 @@ constexpr uint64_t kMaxPayload = 1ull << 30;
 }  // namespace
 
 bool MsgKey::operator<(const MsgKey& o) const {
-  return std::tie(magic, kind, src, seq) < std::tie(o.magic, o.kind, o.src, o.seq);
+  return std::tie(magic, kind, src, dst, seq) < std::tie(o.magic, o.kind, o.src, o.dst, o.seq);
 }
 
 struct PostOffice::State {
@@ -116,7 +117,7 @@ bool PostOffice::State::readMessage(int fd) {
     if (h.length > kMaxPayload) return false;
     std::string payload(h.length, '\0');
     recvAll(fd, payload.data(), payload.size(), deadline);
-    MsgKey key{h.magic, static_cast<MsgKind>(h.kind), h.src, h.seq};
+    MsgKey key{h.magic, static_cast<MsgKind>(h.kind), h.src, h.dst, h.seq};
     char ack = 1;
     {
       std::lock_guard<std::mutex> lock(mutex);
@@ -158,7 +159,7 @@ void PostOffice::closeRoot(uint64_t magic) {
 void PostOffice::send(const SockAddr& to, const MsgKey& key, const std::string& payload, const Deadline& deadline) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.sendMutex);
-  WireHeader h{key.magic, static_cast<uint32_t>(key.kind), key.src, key.seq, payload.size()};
+  WireHeader h{key.magic, static_cast<uint32_t>(key.kind), key.src, key.dst, key.seq, payload.size()};
   for (int attempt = 0;; ++attempt) {
     auto it = s.outgoing.find(to);
     if (it == s.outgoing.end()) it = s.outgoing.emplace(to, connectTo(to, deadline)).first;

@@ -20,10 +20,12 @@ enum class MsgKind : uint32_t {
   kConnect = 5,    // receiver -> sender: a transport handle
 };
 
+// Ranks of one communicator may share a process (and so a mailbox): the key names both ends.
 struct MsgKey {
   uint64_t magic = 0;
   MsgKind kind = MsgKind::kGather;
-  int32_t src = -1;
+  int32_t src = -1;  // sending rank, -1 for a bootstrap root
+  int32_t dst = -1;  // receiving rank, -1 for a bootstrap root
   uint64_t seq = 0;
   bool operator<(const MsgKey& o) const;
 };

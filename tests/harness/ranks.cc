@@ -1,0 +1,115 @@
+#include "harness/ranks.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+namespace strata::test {
+namespace {
+
+std::string readAll(int fd) {
+  std::string s;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) s.append(buf, n);
+  return s;
+}
+
+std::vector<RankResult> runProcesses(int nranks, const RankFn& fn, const ncclUniqueId& id, double timeoutSec) {
+  std::vector<pid_t> pids(nranks);
+  std::vector<int> pipes(nranks);
+  for (int r = 0; r < nranks; ++r) {
+    int p[2];
+    if (pipe(p) != 0) return {{r, "pipe failed"}};
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(p[0]);
+      std::string err;
+      try {
+        err = fn(r, nranks, id);
+      } catch (const std::exception& e) {
+        err = std::string("exception: ") + e.what();
+      }
+      if (write(p[1], err.data(), err.size()) < 0) _exit(3);
+      _exit(err.empty() ? 0 : 1);
+    }
+    close(p[1]);
+    pids[r] = pid;
+    pipes[r] = p[0];
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeoutSec);
+  std::vector<RankResult> results(nranks);
+  std::vector<bool> done(nranks, false);
+  int remaining = nranks;
+  while (remaining > 0) {
+    int status;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      for (int r = 0; r < nranks; ++r) {
+        if (pids[r] != pid) continue;
+        results[r].rank = r;
+        results[r].error = readAll(pipes[r]);
+        close(pipes[r]);
+        if (results[r].error.empty() && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+          results[r].error = WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
+                                                 : "exit status " + std::to_string(WEXITSTATUS(status));
+        done[r] = true;
+        --remaining;
+      }
+      continue;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (int r = 0; r < nranks; ++r) {
+        if (done[r]) continue;
+        kill(pids[r], SIGKILL);
+        waitpid(pids[r], nullptr, 0);
+        close(pipes[r]);
+        results[r] = {r, "did not finish within the test's deadline (killed)"};
+        done[r] = true;
+        --remaining;
+      }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return results;
+}
+
+}  // namespace
+
+std::vector<RankResult> runRanks(Mode mode, int nranks, const RankFn& fn, double timeoutSec) {
+  ncclUniqueId id;
+  if (ncclGetUniqueId(&id) != ncclSuccess) return {{0, "ncclGetUniqueId failed"}};
+  if (mode == Mode::kProcesses) return runProcesses(nranks, fn, id, timeoutSec);
+  std::vector<RankResult> results(nranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < nranks; ++r) {
+    threads.emplace_back([&, r] {
+      results[r].rank = r;
+      try {
+        results[r].error = fn(r, nranks, id);
+      } catch (const std::exception& e) {
+        results[r].error = std::string("exception: ") + e.what();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();  // threads cannot be killed: the library's own timeouts bound them
+  return results;
+}
+
+std::string failures(const std::vector<RankResult>& results) {
+  std::string out;
+  for (const RankResult& r : results)
+    if (!r.error.empty()) out += "rank " + std::to_string(r.rank) + ": " + r.error + "\n";
+  return out;
+}
+
+std::string ncclFailure(const char* call, ncclResult_t r) {
+  return std::string(call) + " returned " + ncclGetErrorString(r) + ": " + ncclGetLastError(nullptr);
+}
+
+}  // namespace strata::test

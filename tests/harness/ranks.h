@@ -1,0 +1,41 @@
+// Runs one function per rank, as threads of this process or as forked
+// processes, and gathers what each rank reports. Every run has a deadline.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "nccl.h"
+
+namespace strata::test {
+
+enum class Mode { kThreads, kProcesses };
+
+inline const char* modeName(Mode m) { return m == Mode::kThreads ? "threads" : "processes"; }
+
+// A rank's body: returns "" on success, else what went wrong.
+using RankFn = std::function<std::string(int rank, int nranks, const ncclUniqueId& id)>;
+
+struct RankResult {
+  int rank;
+  std::string error;  // "" when the rank succeeded
+};
+
+// Runs fn on nranks ranks; kills forked ranks still running after timeoutSec.
+std::vector<RankResult> runRanks(Mode mode, int nranks, const RankFn& fn, double timeoutSec = 120);
+
+// Joins the failures into one message ("" when all ranks succeeded).
+std::string failures(const std::vector<RankResult>& results);
+
+// Formats a failing NCCL call with its code and ncclGetLastError().
+std::string ncclFailure(const char* call, ncclResult_t r);
+
+}  // namespace strata::test
+
+// Inside a RankFn: returns a description of the failed call.
+#define RANK_NCCL(call)                                       \
+  do {                                                        \
+    ncclResult_t r_ = (call);                                 \
+    if (r_ != ncclSuccess) return ::strata::test::ncclFailure(#call, r_); \
+  } while (0)

@@ -1,0 +1,99 @@
+// The environment parser, the NCCL list syntaxes and the tuner's choice.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "algorithms/tuner.h"
+#include "base/config.h"
+#include "base/error.h"
+#include "base/socket.h"
+
+namespace strata {
+namespace {
+
+Config parse(const std::map<std::string, std::string>& env) {
+  return Config::parse([&](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+}
+
+TEST(Config, Defaults) {
+  Config c = parse({});
+  EXPECT_EQ(c.debugLevel, LogLevel::kNone);
+  EXPECT_EQ(c.buffSize, size_t{1} << 20);
+  EXPECT_EQ(c.timeoutSec, 300);
+  EXPECT_FALSE(c.shmDisable);
+  EXPECT_TRUE(c.warnings.empty());
+}
+
+TEST(Config, ParsesEveryKind) {
+  Config c = parse({{"NCCL_DEBUG", "info"}, {"NCCL_DEBUG_SUBSYS", "INIT,COLL"}, {"NCCL_BUFFSIZE", "4M"},
+                    {"NCCL_SHM_DISABLE", "1"}, {"STRATA_TIMEOUT", "2.5"}, {"NCCL_MAX_NCHANNELS", "4"},
+                    {"NCCL_HOSTID", "node7"}, {"NCCL_ALGO", "^Tree"}, {"STRATA_NSLOTS", "16"}});
+  EXPECT_EQ(c.debugLevel, LogLevel::kInfo);
+  EXPECT_EQ(c.debugSubsys, kSubsysInit | kSubsysColl);
+  EXPECT_EQ(c.buffSize, size_t{4} << 20);
+  EXPECT_TRUE(c.shmDisable);
+  EXPECT_EQ(c.timeoutSec, 2.5);
+  EXPECT_EQ(c.maxChannels, 4);
+  EXPECT_EQ(c.hostId, "node7");
+  EXPECT_EQ(c.algo, "^Tree");
+  EXPECT_EQ(c.slots, 16);
+}
+
+TEST(Config, SubsysExclusion) {
+  Config c = parse({{"NCCL_DEBUG_SUBSYS", "^INIT"}});
+  EXPECT_EQ(c.debugSubsys & kSubsysInit, 0u);
+  EXPECT_NE(c.debugSubsys & kSubsysColl, 0u);
+}
+
+TEST(Config, BadValuesWarnAndKeepDefaults) {
+  Config c = parse({{"NCCL_BUFFSIZE", "lots"}, {"STRATA_TIMEOUT", "-1"}, {"NCCL_DEBUG", "LOUD"},
+                    {"NCCL_MIN_NCHANNELS", "8"}, {"NCCL_MAX_NCHANNELS", "2"}});
+  EXPECT_EQ(c.buffSize, size_t{1} << 20);
+  EXPECT_EQ(c.timeoutSec, 300);
+  EXPECT_EQ(c.minChannels, 2);
+  ASSERT_EQ(c.warnings.size(), 4u);
+  EXPECT_NE(c.warnings[1].find("NCCL_BUFFSIZE"), std::string::npos);
+}
+
+TEST(SocketIfname, NcclSyntax) {
+  EXPECT_TRUE(interfaceMatches("eth", "eth0"));
+  EXPECT_FALSE(interfaceMatches("eth", "ib0"));
+  EXPECT_TRUE(interfaceMatches("^docker,lo", "eth0"));
+  EXPECT_FALSE(interfaceMatches("^docker,lo", "lo"));
+  EXPECT_TRUE(interfaceMatches("=eth0", "eth0"));
+  EXPECT_FALSE(interfaceMatches("=eth0", "eth01"));
+  EXPECT_TRUE(interfaceMatches("ib,eth", "eth3"));
+}
+
+TEST(Tuner, ListSyntax) {
+  EXPECT_TRUE(algorithms::listAllows("", "Ring"));
+  EXPECT_TRUE(algorithms::listAllows("ring,tree", "Ring"));
+  EXPECT_FALSE(algorithms::listAllows("Tree", "Ring"));
+  EXPECT_FALSE(algorithms::listAllows("^Ring", "Ring"));
+}
+
+TEST(Tuner, ChoosesRingAndEstimatesGrowWithSize) {
+  algorithms::TuneRequest r;
+  r.nranks = 4;
+  r.bytes = 1 << 10;
+  auto small = algorithms::choose(r, "", "");
+  r.bytes = 1 << 26;
+  auto large = algorithms::choose(r, "", "");
+  EXPECT_STREQ(small.algorithm, "Ring");
+  EXPECT_STREQ(small.protocol, "Simple");
+  EXPECT_LT(small.estimatedUs, large.estimatedUs);
+}
+
+TEST(Tuner, ExcludingEverythingIsAnError) {
+  algorithms::TuneRequest r;
+  EXPECT_THROW(algorithms::choose(r, "Tree", ""), Error);
+  EXPECT_THROW(algorithms::choose(r, "", "LL"), Error);
+  r.coll = algorithms::Collective::kAllToAll;  // pairwise is not subject to NCCL_ALGO
+  EXPECT_NO_THROW(algorithms::choose(r, "Tree", ""));
+}
+
+}  // namespace
+}  // namespace strata
