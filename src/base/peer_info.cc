@@ -1,6 +1,10 @@
 #include "base/peer_info.h"
 
+#include <signal.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
 
 #include <fstream>
 
@@ -41,6 +45,24 @@ uint64_t processIdentity() {
   ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
   std::string key = std::to_string(getpid()) + "/" + (n > 0 ? std::string(ns, n) : "");
   return hashBytes(key.data(), key.size(), hostIdentity(nullptr));
+}
+
+bool processAlive(int pid) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  FILE* f = fopen(path, "r");
+  if (!f) return true;  // no procfs view of it (another pid namespace): assume alive
+  char state = '?';
+  // The state follows the command name, which is in parentheses and may hold spaces.
+  int c, last = 0;
+  while ((c = fgetc(f)) != EOF) {
+    if (c == ')') last = 1;
+    else if (last == 1 && c == ' ') last = 2;
+    else if (last == 2) { state = static_cast<char>(c); break; }
+  }
+  fclose(f);
+  return state != 'Z' && state != 'X';
 }
 
 }  // namespace strata

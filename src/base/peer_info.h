@@ -32,4 +32,7 @@ uint64_t hostIdentity(std::string* description);
 // The process identity: host identity, pid and pid namespace.
 uint64_t processIdentity();
 
+// False once a process on this host has exited, even while it is an unreaped zombie.
+bool processAlive(int pid);
+
 }  // namespace strata

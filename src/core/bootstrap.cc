@@ -208,7 +208,12 @@ Bootstrap::Bootstrap(uint64_t magic, int rank, std::vector<SockAddr> addrs, Wait
     : magic_(magic), rank_(rank), addrs_(std::move(addrs)), check_(std::move(check)) {}
 
 void Bootstrap::send(int peer, MsgKind kind, uint64_t seq, const std::string& payload) {
-  PostOffice::instance().send(addrs_[peer], MsgKey{magic_, kind, rank_, peer, seq}, payload, Deadline(config().timeoutSec));
+  try {
+    PostOffice::instance().send(addrs_[peer], MsgKey{magic_, kind, rank_, peer, seq}, payload,
+                                Deadline(config().timeoutSec));
+  } catch (const Error& e) {
+    fail(e.code(), "rank %d: could not reach rank %d at %s: %s", rank_, peer, addrs_[peer].str().c_str(), e.what());
+  }
 }
 
 std::string Bootstrap::recv(int peer, MsgKind kind, uint64_t seq) {

@@ -244,8 +244,7 @@ void Executor::checkHealth(double idleSec) {
       failAll(ncclRemoteError, format("%s: rank %d: rank %d stopped the operation (it failed, was aborted, or "
                                       "saw another rank fail)",
                                       t.fn(), comm.rank(), peer));
-    if (peer >= 0 && comm.peer(peer).sameHost(comm.peer(comm.rank())) && kill(comm.peer(peer).pid, 0) != 0 &&
-        errno == ESRCH)
+    if (peer >= 0 && comm.peer(peer).sameHost(comm.peer(comm.rank())) && !processAlive(comm.peer(peer).pid))
       failAll(ncclRemoteError, format("%s: rank %d: rank %d (pid %d) exited while this rank waited for it", t.fn(),
                                       comm.rank(), peer, comm.peer(peer).pid));
     if (idleSec > config().timeoutSec)

@@ -118,20 +118,24 @@ bool PostOffice::State::readMessage(int fd) {
     std::string payload(h.length, '\0');
     recvAll(fd, payload.data(), payload.size(), deadline);
     MsgKey key{h.magic, static_cast<MsgKind>(h.kind), h.src, h.dst, h.seq};
-    char ack = 1;
+    char ack;
     {
       std::lock_guard<std::mutex> lock(mutex);
-      if (key.kind == MsgKind::kRootHello && !roots.count(key.magic)) {
-        ack = 0;
-      } else {
-        mailbox[key].push_back(std::move(payload));
-      }
+      ack = (key.kind == MsgKind::kRootHello && !roots.count(key.magic)) ? 0 : 1;
     }
-    arrived.notify_all();
-    if (!ack)
+    // Acknowledge before filing: once filed, the receiving rank may finish and
+    // exit at once, and an exit with the ack unsent would reset the connection.
+    sendAll(fd, &ack, 1, deadline);
+    if (!ack) {
       STRATA_WARN(-1, "Bootstrap: refused a rank whose unique id magic %016llx is not one this process issued",
                   static_cast<unsigned long long>(key.magic));
-    sendAll(fd, &ack, 1, deadline);
+      return true;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      mailbox[key].push_back(std::move(payload));
+    }
+    arrived.notify_all();
     return true;
   } catch (const Error&) {
     return false;  // the sender went away; its side reports the failure

@@ -1,0 +1,367 @@
+// NCCL's documented behaviours beyond the data path: errors, groups,
+// point-to-point, split and shrink, nonblocking init, bootstrap failures.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "harness/ranks.h"
+
+namespace strata::test {
+namespace {
+
+std::string lastError() { return ncclGetLastError(nullptr); }
+
+class OneRank : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_EQ(ncclCommInitAll(&comm_, 1, nullptr), ncclSuccess); }
+  void TearDown() override {
+    if (comm_) ncclCommDestroy(comm_);
+  }
+  ncclComm_t comm_ = nullptr;
+};
+
+TEST(Api, VersionAndErrorStrings) {
+  int v = 0;
+  ASSERT_EQ(ncclGetVersion(&v), ncclSuccess);
+  EXPECT_EQ(v, NCCL_VERSION_CODE);
+  EXPECT_EQ(ncclGetVersion(nullptr), ncclInvalidArgument);
+  EXPECT_STREQ(ncclGetErrorString(ncclSuccess), "no error");
+  EXPECT_STREQ(ncclGetErrorString(ncclRemoteError), "remote process exited or there was a network error");
+  EXPECT_STREQ(ncclGetErrorString(static_cast<ncclResult_t>(42)), "unknown result code");
+}
+
+TEST_F(OneRank, BadArgumentsNameTheArgument) {
+  float buf[4] = {};
+  EXPECT_EQ(ncclAllReduce(nullptr, buf, 4, ncclFloat, ncclSum, comm_, nullptr), ncclInvalidArgument);
+  EXPECT_NE(lastError().find("sendbuff is NULL"), std::string::npos) << lastError();
+  EXPECT_EQ(ncclAllReduce(buf, nullptr, 4, ncclFloat, ncclSum, comm_, nullptr), ncclInvalidArgument);
+  EXPECT_NE(lastError().find("recvbuff is NULL"), std::string::npos) << lastError();
+  EXPECT_EQ(ncclAllReduce(buf, buf, 4, static_cast<ncclDataType_t>(99), ncclSum, comm_, nullptr), ncclInvalidArgument);
+  EXPECT_NE(lastError().find("datatype"), std::string::npos) << lastError();
+  EXPECT_EQ(ncclAllReduce(buf, buf, 4, ncclFloat, static_cast<ncclRedOp_t>(77), comm_, nullptr), ncclInvalidArgument);
+  EXPECT_NE(lastError().find("op 77"), std::string::npos) << lastError();
+  EXPECT_EQ(ncclBroadcast(buf, buf, 4, ncclFloat, 5, comm_, nullptr), ncclInvalidArgument);
+  EXPECT_NE(lastError().find("root 5"), std::string::npos) << lastError();
+  EXPECT_EQ(ncclSend(buf, 4, ncclFloat, -1, comm_, nullptr), ncclInvalidArgument);
+  EXPECT_NE(lastError().find("peer -1"), std::string::npos) << lastError();
+  EXPECT_EQ(ncclAllReduce(buf, buf, 4, ncclFloat, ncclSum, nullptr, nullptr), ncclInvalidArgument);
+  EXPECT_NE(lastError().find("comm is NULL"), std::string::npos) << lastError();
+}
+
+TEST_F(OneRank, CountZeroAcceptsNullBuffers) {
+  EXPECT_EQ(ncclAllReduce(nullptr, nullptr, 0, ncclFloat, ncclSum, comm_, nullptr), ncclSuccess);
+  EXPECT_EQ(ncclAllGather(nullptr, nullptr, 0, ncclInt8, comm_, nullptr), ncclSuccess);
+}
+
+TEST_F(OneRank, GroupNestingMustBalance) {
+  EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);
+  EXPECT_NE(lastError().find("no ncclGroupStart"), std::string::npos);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  float a = 3, b = 0;
+  ASSERT_EQ(ncclAllReduce(&a, &b, 1, ncclFloat, ncclSum, comm_, nullptr), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  EXPECT_EQ(b, 0) << "ran before the outermost group end";
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  EXPECT_EQ(b, 3);
+}
+
+TEST_F(OneRank, FailedCallFailsItsGroup) {
+  float a = 3, b = 0;
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(&a, &b, 1, ncclFloat, ncclSum, comm_, nullptr), ncclSuccess);
+  EXPECT_EQ(ncclAllReduce(&a, nullptr, 1, ncclFloat, ncclSum, comm_, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(ncclGroupEnd(), ncclInvalidArgument);
+  EXPECT_EQ(b, 0);
+}
+
+TEST_F(OneRank, DestroyedCommunicatorIsRejected) {
+  ASSERT_EQ(ncclCommDestroy(comm_), ncclSuccess);
+  float a = 1;
+  EXPECT_EQ(ncclAllReduce(&a, &a, 1, ncclFloat, ncclSum, comm_, nullptr), ncclInvalidArgument);
+  EXPECT_NE(lastError().find("not a live communicator"), std::string::npos) << lastError();
+  comm_ = nullptr;
+  EXPECT_EQ(ncclCommDestroy(nullptr), ncclSuccess);
+}
+
+TEST_F(OneRank, RevokedCommunicatorRefusesWork) {
+  EXPECT_EQ(ncclCommRevoke(comm_, 7), ncclInvalidArgument);
+  ASSERT_EQ(ncclCommRevoke(comm_, NCCL_REVOKE_DEFAULT), ncclSuccess);
+  float a = 1;
+  EXPECT_EQ(ncclAllReduce(&a, &a, 1, ncclFloat, ncclSum, comm_, nullptr), ncclInvalidUsage);
+  EXPECT_NE(lastError().find("revoked"), std::string::npos) << lastError();
+}
+
+TEST_F(OneRank, PreMulSumOps) {
+  double scalar = 3;
+  ncclRedOp_t op;
+  ASSERT_EQ(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat64, ncclScalarHostImmediate, comm_), ncclSuccess);
+  EXPECT_GE(op, ncclNumOps);
+  scalar = 100;  // host-immediate: the value was read at creation
+  double in = 2, out = 0;
+  ASSERT_EQ(ncclAllReduce(&in, &out, 1, ncclFloat64, op, comm_, nullptr), ncclSuccess);
+  EXPECT_EQ(out, 6);
+  float f = 1;
+  EXPECT_EQ(ncclAllReduce(&f, &f, 1, ncclFloat, op, comm_, nullptr), ncclInvalidArgument);
+  EXPECT_NE(lastError().find("created for double"), std::string::npos) << lastError();
+  ASSERT_EQ(ncclRedOpDestroy(op, comm_), ncclSuccess);
+  EXPECT_EQ(ncclRedOpDestroy(op, comm_), ncclInvalidArgument);
+  EXPECT_EQ(ncclRedOpCreatePreMulSum(&op, nullptr, ncclFloat, ncclScalarDevice, comm_), ncclInvalidArgument);
+}
+
+TEST_F(OneRank, QueriesRegistrationAndMemory) {
+  int n = -1, r = -1, d = -9;
+  EXPECT_EQ(ncclCommCount(comm_, &n), ncclSuccess);
+  EXPECT_EQ(ncclCommUserRank(comm_, &r), ncclSuccess);
+  EXPECT_EQ(ncclCommCuDevice(comm_, &d), ncclSuccess);
+  EXPECT_EQ(n, 1);
+  EXPECT_EQ(r, 0);
+  EXPECT_EQ(d, 0);  // ncclCommInitAll labels communicators with their index
+  void* p = nullptr;
+  ASSERT_EQ(ncclMemAlloc(&p, 1 << 20), ncclSuccess);
+  memset(p, 1, 1 << 20);
+  void* h = nullptr;
+  ASSERT_EQ(ncclCommRegister(comm_, p, 1 << 20, &h), ncclSuccess);
+  EXPECT_NE(h, nullptr);
+  EXPECT_EQ(ncclCommDeregister(comm_, h), ncclSuccess);
+  EXPECT_EQ(ncclCommDeregister(comm_, h), ncclInvalidArgument);
+  ncclWindow_t w;
+  ASSERT_EQ(ncclCommWindowRegister(comm_, p, 1 << 20, &w, NCCL_WIN_COLL_SYMMETRIC), ncclSuccess);
+  EXPECT_EQ(ncclCommWindowDeregister(comm_, w), ncclSuccess);
+  EXPECT_EQ(ncclMemFree(p), ncclSuccess);
+  EXPECT_EQ(ncclMemFree(p), ncclInvalidArgument);
+  ncclResult_t async = ncclInternalError;
+  EXPECT_EQ(ncclCommGetAsyncError(comm_, &async), ncclSuccess);
+  EXPECT_EQ(async, ncclSuccess);
+  EXPECT_EQ(ncclCommFinalize(comm_), ncclSuccess);
+}
+
+TEST_F(OneRank, SimulateEstimatesWithoutRunning) {
+  std::vector<float> a(1 << 20, 1), b(1 << 20, 0);
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(a.data(), b.data(), a.size(), ncclFloat, ncclSum, comm_, nullptr), ncclSuccess);
+  ASSERT_EQ(ncclGroupSimulateEnd(&sim), ncclSuccess);
+  EXPECT_GT(sim.estimatedTime, 0);
+  EXPECT_EQ(b[0], 0);
+}
+
+TEST(Api, ConfigMustBeInitialised) {
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclConfig_t cfg;
+  memset(&cfg, 0, sizeof(cfg));
+  ncclComm_t comm;
+  EXPECT_EQ(ncclCommInitRankConfig(&comm, 1, id, 0, &cfg), ncclInvalidArgument);
+  EXPECT_NE(lastError().find("NCCL_CONFIG_INITIALIZER"), std::string::npos) << lastError();
+  EXPECT_EQ(ncclCommInitRank(&comm, 2, id, 2), ncclInvalidArgument);
+  EXPECT_NE(lastError().find("rank 2 is out of range"), std::string::npos) << lastError();
+}
+
+TEST(Api, ForeignUniqueIdIsRejected) {
+  ncclUniqueId id;
+  memset(&id, 0x33, sizeof(id));
+  ncclComm_t comm;
+  EXPECT_EQ(ncclCommInitRank(&comm, 1, id, 0), ncclInvalidArgument);
+}
+
+TEST(Api, WrongMagicIsRefusedAtOnce) {
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  id.internal[8] ^= 0x5a;  // the magic
+  ncclComm_t comm;
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(ncclCommInitRank(&comm, 1, id, 0), ncclInvalidArgument);
+  EXPECT_NE(lastError().find("refused"), std::string::npos) << lastError();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST(Api, BootstrapTimeoutNamesMissingRanks) {
+  setenv("STRATA_TIMEOUT", "1.5", 1);
+  ncclResetDebugInit();  // Strata re-reads every variable here
+  auto results = runRanks(Mode::kThreads, 2, [](int rank, int, const ncclUniqueId& id) -> std::string {
+    ncclComm_t comm;
+    ncclResult_t r = ncclCommInitRank(&comm, 4, id, rank);  // ranks 2 and 3 never come
+    std::string err = ncclGetLastError(nullptr);
+    if (r == ncclSuccess) return "init succeeded without ranks 2 and 3";
+    if (err.find("ranks 2,3 never reached the root") == std::string::npos) return "unexpected error: " + err;
+    return "";
+  });
+  unsetenv("STRATA_TIMEOUT");
+  ncclResetDebugInit();
+  EXPECT_EQ(failures(results), "");
+}
+
+class MultiRank : public ::testing::TestWithParam<Mode> {};
+
+TEST_P(MultiRank, PointToPointInAnyOrderNeverDeadlocks) {
+  auto results = runRanks(GetParam(), 4, [](int rank, int n, const ncclUniqueId& id) -> std::string {
+    ncclComm_t comm;
+    RANK_NCCL(ncclCommInitRank(&comm, n, id, rank));
+    // Every pair exchanges count = 1000 * (src + 1) + dst ints; odd ranks post in reverse order;
+    // every rank also sends twice to itself and receives in order.
+    std::vector<std::vector<int>> out(n), in(n);
+    std::vector<int> self1(5, rank), self2(7, rank + 10), got1(5), got2(7);
+    RANK_NCCL(ncclGroupStart());
+    for (int k = 0; k < n; ++k) {
+      int p = rank % 2 ? n - 1 - k : k;
+      if (p == rank) continue;
+      out[p].assign(1000 * (rank + 1) + p, rank * 100 + p);
+      in[p].assign(1000 * (p + 1) + rank, -1);
+      RANK_NCCL(ncclRecv(in[p].data(), in[p].size(), ncclInt32, p, comm, nullptr));
+      RANK_NCCL(ncclSend(out[p].data(), out[p].size(), ncclInt32, p, comm, nullptr));
+    }
+    RANK_NCCL(ncclSend(self1.data(), 5, ncclInt32, rank, comm, nullptr));
+    RANK_NCCL(ncclSend(self2.data(), 7, ncclInt32, rank, comm, nullptr));
+    RANK_NCCL(ncclRecv(got1.data(), 5, ncclInt32, rank, comm, nullptr));
+    RANK_NCCL(ncclRecv(got2.data(), 7, ncclInt32, rank, comm, nullptr));
+    RANK_NCCL(ncclGroupEnd());
+    for (int p = 0; p < n; ++p)
+      for (int v : in[p])
+        if (v != p * 100 + rank) return "wrong value from rank " + std::to_string(p);
+    if (got1 != self1 || got2 != self2) return "self send/recv out of order";
+    // Ring shift of a large buffer, several times on the same connections.
+    std::vector<float> s(1 << 20), r(1 << 20);
+    for (int it = 0; it < 3; ++it) {
+      std::iota(s.begin(), s.end(), static_cast<float>(rank * 7 + it));
+      RANK_NCCL(ncclGroupStart());
+      RANK_NCCL(ncclSend(s.data(), s.size(), ncclFloat, (rank + 1) % n, comm, nullptr));
+      RANK_NCCL(ncclRecv(r.data(), r.size(), ncclFloat, (rank + n - 1) % n, comm, nullptr));
+      RANK_NCCL(ncclGroupEnd());
+      if (r[12345] != static_cast<float>(((rank + n - 1) % n) * 7 + it + 12345)) return "ring shift wrong";
+    }
+    ncclCommDestroy(comm);
+    return "";
+  });
+  EXPECT_EQ(failures(results), "");
+}
+
+TEST_P(MultiRank, SplitByColorAndKey) {
+  auto results = runRanks(GetParam(), 7, [](int rank, int n, const ncclUniqueId& id) -> std::string {
+    ncclComm_t comm, child;
+    RANK_NCCL(ncclCommInitRank(&comm, n, id, rank));
+    int color = rank == 6 ? NCCL_SPLIT_NOCOLOR : rank % 3;
+    RANK_NCCL(ncclCommSplit(comm, color, -rank, &child, nullptr));
+    if (color == NCCL_SPLIT_NOCOLOR) {
+      if (child != nullptr) return "NOCOLOR rank got a communicator";
+    } else {
+      int cn, cr;
+      RANK_NCCL(ncclCommCount(child, &cn));
+      RANK_NCCL(ncclCommUserRank(child, &cr));
+      std::vector<int> members;
+      for (int r = n - 2; r >= 0; --r)
+        if (r % 3 == color) members.push_back(r);  // key -rank: highest parent rank first
+      if (cn != static_cast<int>(members.size()) || members[cr] != rank) return "wrong child rank or size";
+      int v = rank, sum = 0;
+      RANK_NCCL(ncclAllReduce(&v, &sum, 1, ncclInt32, ncclSum, child, nullptr));
+      if (sum != std::accumulate(members.begin(), members.end(), 0)) return "wrong sum in child";
+      ncclCommDestroy(child);
+    }
+    int one = 1, total = 0;  // the parent still works after the split
+    RANK_NCCL(ncclAllReduce(&one, &total, 1, ncclInt32, ncclSum, comm, nullptr));
+    ncclCommDestroy(comm);
+    return total == n ? "" : "parent broken after split";
+  });
+  EXPECT_EQ(failures(results), "");
+}
+
+TEST_P(MultiRank, ShrinkWithoutAnExcludedRank) {
+  auto results = runRanks(GetParam(), 4, [](int rank, int n, const ncclUniqueId& id) -> std::string {
+    ncclComm_t comm, child;
+    RANK_NCCL(ncclCommInitRank(&comm, n, id, rank));
+    int excluded[] = {1};
+    if (rank != 1) {  // rank 1 takes no part, as a failed rank would not
+      RANK_NCCL(ncclCommShrink(comm, excluded, 1, &child, nullptr, NCCL_SHRINK_DEFAULT));
+      int cn, cr, v = rank, sum = 0;
+      RANK_NCCL(ncclCommCount(child, &cn));
+      RANK_NCCL(ncclCommUserRank(child, &cr));
+      if (cn != 3 || cr != (rank == 0 ? 0 : rank - 1)) return "wrong shrunk rank or size";
+      RANK_NCCL(ncclAllReduce(&v, &sum, 1, ncclInt32, ncclSum, child, nullptr));
+      if (sum != 0 + 2 + 3) return "wrong sum after shrink";
+      ncclCommDestroy(child);
+    }
+    ncclCommDestroy(comm);
+    return "";
+  });
+  EXPECT_EQ(failures(results), "");
+}
+
+TEST_P(MultiRank, NonblockingInitAndScalableInit) {
+  auto results = runRanks(GetParam(), 4, [](int rank, int n, const ncclUniqueId& id) -> std::string {
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    cfg.commName = "nonblocking";
+    ncclComm_t comm;
+    ncclResult_t r = ncclCommInitRankConfig(&comm, n, id, rank, &cfg);
+    if (r != ncclInProgress && r != ncclSuccess) return ncclFailure("ncclCommInitRankConfig", r);
+    ncclResult_t state = ncclInProgress;
+    for (int i = 0; i < 20000 && state == ncclInProgress; ++i) {
+      RANK_NCCL(ncclCommGetAsyncError(comm, &state));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (state != ncclSuccess) return "nonblocking init ended in state " + std::to_string(state);
+    double v = rank + 0.5, sum = 0;
+    RANK_NCCL(ncclAllReduce(&v, &sum, 1, ncclFloat64, ncclSum, comm, nullptr));
+    if (sum != 8.0) return "wrong sum on the nonblocking communicator";
+    // ncclCommInitRankScalable with two roots, made by ranks 0 and 1 of the first communicator.
+    ncclUniqueId ids[2];
+    if (rank < 2) RANK_NCCL(ncclGetUniqueId(&ids[rank]));
+    RANK_NCCL(ncclBroadcast(&ids[0], &ids[0], sizeof(ncclUniqueId), ncclUint8, 0, comm, nullptr));
+    RANK_NCCL(ncclBroadcast(&ids[1], &ids[1], sizeof(ncclUniqueId), ncclUint8, 1, comm, nullptr));
+    ncclComm_t scalable;
+    RANK_NCCL(ncclCommInitRankScalable(&scalable, n, rank, 2, ids, nullptr));
+    int one = 1, total = 0;
+    RANK_NCCL(ncclAllReduce(&one, &total, 1, ncclInt32, ncclSum, scalable, nullptr));
+    ncclCommDestroy(scalable);
+    ncclCommDestroy(comm);
+    return total == n ? "" : "scalable init gave a wrong sum";
+  });
+  EXPECT_EQ(failures(results), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Host, MultiRank, ::testing::Values(Mode::kThreads, Mode::kProcesses),
+                         [](const auto& info) { return std::string(modeName(info.param)); });
+
+// The ncclCommInitAll pattern: one thread, several communicators, one group.
+TEST(Api, OneThreadDrivesSeveralCommunicators) {
+  constexpr int n = 4;
+  ncclComm_t comms[n];
+  ASSERT_EQ(ncclCommInitAll(comms, n, nullptr), ncclSuccess);
+  std::vector<std::vector<int>> in(n, std::vector<int>(100000)), out(n, std::vector<int>(100000 * n));
+  for (int r = 0; r < n; ++r) std::iota(in[r].begin(), in[r].end(), r);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(ncclAllReduce(in[r].data(), in[r].data(), in[r].size(), ncclInt32, ncclSum, comms[r], nullptr),
+              ncclSuccess);
+    ASSERT_EQ(ncclAllGather(in[r].data(), out[r].data(), in[r].size(), ncclInt32, comms[r], nullptr), ncclSuccess);
+  }
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(in[r][10], 4 * 10 + 6);
+    EXPECT_EQ(out[r][3 * 100000 + 10], 4 * 10 + 6);
+  }
+  // Communicators initialised one by one inside a group from a single thread, as nccl-tests does.
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclComm_t more[n];
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n; ++r) ASSERT_EQ(ncclCommInitRank(&more[r], n, id, r), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  int vals[n] = {1, 2, 3, 4};
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n; ++r) ASSERT_EQ(ncclAllReduce(&vals[r], &vals[r], 1, ncclInt32, ncclMax, more[r], nullptr), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  for (int r = 0; r < n; ++r) EXPECT_EQ(vals[r], 4);
+  for (int r = 0; r < n; ++r) {
+    ncclCommDestroy(comms[r]);
+    ncclCommAbort(more[r]);
+  }
+}
+
+}  // namespace
+}  // namespace strata::test

@@ -1,0 +1,78 @@
+// A rank dies in the middle of collectives: the others must return an error
+// promptly, not hang, and must name what happened.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nccl.h"
+
+namespace {
+
+constexpr int kRanks = 4;
+constexpr int kVictim = 2;
+
+// Loops large all-reduces until one fails; reports the failure through the exit status.
+[[noreturn]] void rankMain(int rank, const ncclUniqueId& id, int reportFd) {
+  ncclComm_t comm;
+  if (ncclCommInitRank(&comm, kRanks, id, rank) != ncclSuccess) _exit(10);
+  std::vector<float> buf(4 << 20, 1.0f);
+  char ready = 1;
+  if (write(reportFd, &ready, 1) != 1) _exit(11);
+  for (int i = 0; i < 100000; ++i) {
+    ncclResult_t r = ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr);
+    if (r != ncclSuccess) {
+      std::string err = ncclGetLastError(comm);
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm, &async);
+      ncclCommAbort(comm);
+      bool named = err.find("exited") != std::string::npos || err.find("stopped") != std::string::npos;
+      _exit(r == ncclRemoteError && async == ncclRemoteError && named ? 0 : 12);
+    }
+  }
+  _exit(13);  // never saw the failure
+}
+
+TEST(Fault, KilledRankMakesOthersFailFast) {
+  setenv("STRATA_TIMEOUT", "120", 1);  // detection must come from liveness checks, not the timeout
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < kRanks; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) rankMain(r, id, pipefd[1]);
+    pids.push_back(pid);
+  }
+  for (int r = 0; r < kRanks; ++r) {  // every rank is in its loop
+    char c;
+    ASSERT_EQ(read(pipefd[0], &c, 1), 1);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  kill(pids[kVictim], SIGKILL);
+  auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < kRanks; ++r) {
+    int status = 0;
+    for (;;) {  // bounded wait: a hang fails the test instead of blocking it
+      if (waitpid(pids[r], &status, WNOHANG) == pids[r]) break;
+      if (std::chrono::steady_clock::now() - start > std::chrono::seconds(30)) {
+        for (pid_t p : pids) kill(p, SIGKILL);
+        FAIL() << "rank " << r << " still running 30 s after rank " << kVictim << " was killed";
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (r == kVictim) continue;
+    ASSERT_TRUE(WIFEXITED(status)) << "rank " << r;
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "rank " << r << " (10 init, 12 wrong error, 13 no error)";
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  unsetenv("STRATA_TIMEOUT");
+}
+
+}  // namespace
