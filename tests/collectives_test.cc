@@ -8,10 +8,12 @@
 
 #include "device/dtypes.h"
 #include "harness/ranks.h"
-#include "harness/reference.h"
+#include "verify/reference.h"
 
 namespace strata::test {
 namespace {
+
+using namespace strata::verify;
 
 using device::dtypeName;
 using device::dtypeSize;

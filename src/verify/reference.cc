@@ -1,10 +1,10 @@
-#include "harness/reference.h"
+#include "verify/reference.h"
 
 #include <cstring>
 
 #include "device/dtypes.h"
 
-namespace strata::test {
+namespace strata::verify {
 
 using device::Format;
 using device::withType;
@@ -50,15 +50,27 @@ double reducedValue(int n, size_t i, ncclDataType_t type, TestOp op) {
   });
 }
 
-std::vector<char> makeBuffer(ncclDataType_t type, size_t count, const std::function<double(size_t)>& value) {
-  std::vector<char> buf(count * device::dtypeSize(type) + 1);
+void fillBuffer(ncclDataType_t type, void* dst, size_t count, const std::function<double(size_t)>& value) {
   withType(type, [&](auto tag) {
     using T = decltype(tag);
     using C = typename Format<T>::Compute;
-    T* p = reinterpret_cast<T*>(buf.data());
+    T* p = static_cast<T*>(dst);
     for (size_t i = 0; i < count; ++i) p[i] = Format<T>::store(static_cast<C>(value(i)));
   });
+}
+
+std::vector<char> makeBuffer(ncclDataType_t type, size_t count, const std::function<double(size_t)>& value) {
+  std::vector<char> buf(count * device::dtypeSize(type) + 1);
+  fillBuffer(type, buf.data(), count, value);
   return buf;
+}
+
+size_t countMismatches(ncclDataType_t type, const void* got, const void* expected, size_t count) {
+  size_t es = device::dtypeSize(type), wrong = 0;
+  const char* g = static_cast<const char*>(got);
+  const char* e = static_cast<const char*>(expected);
+  for (size_t i = 0; i < count; ++i) wrong += memcmp(g + i * es, e + i * es, es) != 0;
+  return wrong;
 }
 
 std::string compareBuffers(ncclDataType_t type, const void* got, const void* expected, size_t count,
@@ -81,4 +93,4 @@ std::string compareBuffers(ncclDataType_t type, const void* got, const void* exp
   return "";
 }
 
-}  // namespace strata::test
+}  // namespace strata::verify

@@ -10,7 +10,7 @@
 
 #include "nccl.h"
 
-namespace strata::test {
+namespace strata::verify {
 
 // The op under test: NCCL's built-ins plus pre-multiplied sums by where their scalar lives.
 enum class TestOp { kSum, kProd, kMax, kMin, kAvg, kPreMulHost, kPreMulDevice };
@@ -29,9 +29,12 @@ double movedValue(int rank, size_t i, ncclDataType_t type);
 double reducedValue(int nranks, size_t i, ncclDataType_t type, TestOp op);
 
 // Buffers of a datatype filled from doubles, and compared element by element.
+void fillBuffer(ncclDataType_t type, void* dst, size_t count, const std::function<double(size_t)>& value);
 std::vector<char> makeBuffer(ncclDataType_t type, size_t count, const std::function<double(size_t)>& value);
+// How many elements differ bit for bit.
+size_t countMismatches(ncclDataType_t type, const void* got, const void* expected, size_t count);
 // "" when equal, else the first mismatch: index, got, expected.
 std::string compareBuffers(ncclDataType_t type, const void* got, const void* expected, size_t count,
                            const std::string& what);
 
-}  // namespace strata::test
+}  // namespace strata::verify

@@ -1,0 +1,268 @@
+#include "harness/perf_colls.h"
+
+#include "verify/reference.h"
+
+namespace strata::perf {
+namespace {
+
+using verify::movedValue;
+using verify::TestOp;
+
+TestOp testOp(ncclRedOp_t op) {
+  switch (op) {
+    case ncclSum: return TestOp::kSum;
+    case ncclProd: return TestOp::kProd;
+    case ncclMax: return TestOp::kMax;
+    case ncclMin: return TestOp::kMin;
+    case ncclAvg: return TestOp::kAvg;
+    default: return TestOp::kPreMulHost;  // mulsum
+  }
+}
+
+// Per-rank counts of the "split" collectives: a multiple of 16 bytes, as nccl-tests rounds them.
+size_t perRank(size_t bytes, size_t esize, int n) {
+  size_t count = bytes / esize / n;
+  size_t align = 16 / esize;
+  return count / align * align;
+}
+
+double ringFactor(int n) { return n > 1 ? static_cast<double>(n - 1) / n : 1; }
+
+class AllReduce final : public PerfColl {
+ public:
+  bool hasOp() const override { return true; }
+  Counts counts(size_t bytes, size_t esize, int) const override {
+    size_t c = bytes / esize;
+    return {c, c, c, c * esize};
+  }
+  double algBytes(const Counts& c, size_t esize, int) const override { return static_cast<double>(c.count * esize); }
+  double busFactor(int n) const override { return n > 1 ? 2.0 * (n - 1) / n : 1; }
+  ncclResult_t call(const CallArgs& a) const override {
+    return ncclAllReduce(a.send, a.recv, a.count, a.type, a.op, a.comm, nullptr);
+  }
+  double input(int rank, int, size_t i, ncclDataType_t t, ncclRedOp_t op, const Counts&) const override {
+    return verify::inputValue(rank, i, t, testOp(op));
+  }
+  bool expected(int, int n, int, size_t i, ncclDataType_t t, ncclRedOp_t op, const Counts&, double* v) const override {
+    *v = verify::reducedValue(n, i, t, testOp(op));
+    return true;
+  }
+};
+
+class Reduce final : public PerfColl {
+ public:
+  bool hasOp() const override { return true; }
+  bool hasRoot() const override { return true; }
+  Counts counts(size_t bytes, size_t esize, int) const override {
+    size_t c = bytes / esize;
+    return {c, c, c, c * esize};
+  }
+  double algBytes(const Counts& c, size_t esize, int) const override { return static_cast<double>(c.count * esize); }
+  double busFactor(int) const override { return 1; }
+  ncclResult_t call(const CallArgs& a) const override {
+    return ncclReduce(a.send, a.recv, a.count, a.type, a.op, a.root, a.comm, nullptr);
+  }
+  double input(int rank, int, size_t i, ncclDataType_t t, ncclRedOp_t op, const Counts&) const override {
+    return verify::inputValue(rank, i, t, testOp(op));
+  }
+  bool expected(int rank, int n, int root, size_t i, ncclDataType_t t, ncclRedOp_t op, const Counts&,
+                double* v) const override {
+    *v = verify::reducedValue(n, i, t, testOp(op));
+    return rank == root;
+  }
+};
+
+class ReduceScatter final : public PerfColl {
+ public:
+  bool hasOp() const override { return true; }
+  Counts counts(size_t bytes, size_t esize, int n) const override {
+    size_t c = perRank(bytes, esize, n);
+    return {c, c * n, c, c * n * esize};
+  }
+  double algBytes(const Counts& c, size_t esize, int n) const override {
+    return static_cast<double>(c.count * esize * n);
+  }
+  double busFactor(int n) const override { return ringFactor(n); }
+  ncclResult_t call(const CallArgs& a) const override {
+    return ncclReduceScatter(a.send, a.recv, a.count, a.type, a.op, a.comm, nullptr);
+  }
+  size_t inPlaceRecvOffset(const Counts& c, int rank, int) const override { return rank * c.count; }
+  double input(int rank, int, size_t i, ncclDataType_t t, ncclRedOp_t op, const Counts&) const override {
+    return verify::inputValue(rank, i, t, testOp(op));
+  }
+  bool expected(int rank, int n, int, size_t i, ncclDataType_t t, ncclRedOp_t op, const Counts& c,
+                double* v) const override {
+    *v = verify::reducedValue(n, rank * c.count + i, t, testOp(op));
+    return true;
+  }
+};
+
+class AllGather final : public PerfColl {
+ public:
+  Counts counts(size_t bytes, size_t esize, int n) const override {
+    size_t c = perRank(bytes, esize, n);
+    return {c, c, c * n, c * n * esize};
+  }
+  double algBytes(const Counts& c, size_t esize, int n) const override {
+    return static_cast<double>(c.count * esize * n);
+  }
+  double busFactor(int n) const override { return ringFactor(n); }
+  ncclResult_t call(const CallArgs& a) const override {
+    return ncclAllGather(a.send, a.recv, a.count, a.type, a.comm, nullptr);
+  }
+  size_t inPlaceSendOffset(const Counts& c, int rank, int) const override { return rank * c.count; }
+  double input(int rank, int, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts&) const override {
+    return movedValue(rank, i, t);
+  }
+  bool expected(int, int, int, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts& c, double* v) const override {
+    *v = movedValue(static_cast<int>(i / c.count), i % c.count, t);
+    return true;
+  }
+};
+
+class Broadcast final : public PerfColl {
+ public:
+  bool hasRoot() const override { return true; }
+  Counts counts(size_t bytes, size_t esize, int) const override {
+    size_t c = bytes / esize;
+    return {c, c, c, c * esize};
+  }
+  double algBytes(const Counts& c, size_t esize, int) const override { return static_cast<double>(c.count * esize); }
+  double busFactor(int) const override { return 1; }
+  ncclResult_t call(const CallArgs& a) const override {
+    return ncclBroadcast(a.send, a.recv, a.count, a.type, a.root, a.comm, nullptr);
+  }
+  double input(int rank, int root, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts&) const override {
+    return rank == root ? movedValue(root, i, t) : 0;
+  }
+  bool expected(int, int, int root, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts&, double* v) const override {
+    *v = movedValue(root, i, t);
+    return true;
+  }
+};
+
+class AllToAll final : public PerfColl {
+ public:
+  Counts counts(size_t bytes, size_t esize, int n) const override {
+    size_t c = perRank(bytes, esize, n);
+    return {c, c * n, c * n, c * n * esize};
+  }
+  double algBytes(const Counts& c, size_t esize, int n) const override {
+    return static_cast<double>(c.count * esize * n);
+  }
+  double busFactor(int n) const override { return ringFactor(n); }
+  ncclResult_t call(const CallArgs& a) const override {
+    return ncclAlltoAll(a.send, a.recv, a.count, a.type, a.comm, nullptr);
+  }
+  double input(int rank, int, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts& c) const override {
+    return movedValue(rank * 64 + static_cast<int>(i / c.count), i % c.count, t);  // tagged (sender, piece)
+  }
+  bool expected(int rank, int, int, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts& c,
+                double* v) const override {
+    *v = movedValue(static_cast<int>(i / c.count) * 64 + rank, i % c.count, t);
+    return true;
+  }
+};
+
+class SendRecv final : public PerfColl {
+ public:
+  bool inPlaceUnchecked() const override { return true; }
+  Counts counts(size_t bytes, size_t esize, int) const override {
+    size_t c = bytes / esize;
+    return {c, c, c, c * esize};
+  }
+  double algBytes(const Counts& c, size_t esize, int) const override { return static_cast<double>(c.count * esize); }
+  double busFactor(int) const override { return 1; }
+  ncclResult_t call(const CallArgs& a) const override {
+    ncclGroupStart();
+    ncclResult_t r = ncclSend(a.send, a.count, a.type, (a.rank + 1) % a.nranks, a.comm, nullptr);
+    ncclResult_t s = ncclRecv(a.recv, a.count, a.type, (a.rank + a.nranks - 1) % a.nranks, a.comm, nullptr);
+    ncclResult_t e = ncclGroupEnd();
+    return r != ncclSuccess ? r : s != ncclSuccess ? s : e;
+  }
+  double input(int rank, int, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts&) const override {
+    return movedValue(rank, i, t);
+  }
+  bool expected(int rank, int n, int, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts&,
+                double* v) const override {
+    *v = movedValue((rank + n - 1) % n, i, t);
+    return true;
+  }
+};
+
+class Gather final : public PerfColl {
+ public:
+  bool hasRoot() const override { return true; }
+  Counts counts(size_t bytes, size_t esize, int n) const override {
+    size_t c = perRank(bytes, esize, n);
+    return {c, c, c * n, c * n * esize};
+  }
+  double algBytes(const Counts& c, size_t esize, int n) const override {
+    return static_cast<double>(c.count * esize * n);
+  }
+  double busFactor(int n) const override { return ringFactor(n); }
+  ncclResult_t call(const CallArgs& a) const override {
+    return ncclGather(a.send, a.recv, a.count, a.type, a.root, a.comm, nullptr);
+  }
+  size_t inPlaceSendOffset(const Counts& c, int rank, int) const override { return rank * c.count; }
+  double input(int rank, int, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts&) const override {
+    return movedValue(rank, i, t);
+  }
+  bool expected(int rank, int, int root, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts& c,
+                double* v) const override {
+    *v = movedValue(static_cast<int>(i / c.count), i % c.count, t);
+    return rank == root;
+  }
+};
+
+class Scatter final : public PerfColl {
+ public:
+  bool hasRoot() const override { return true; }
+  Counts counts(size_t bytes, size_t esize, int n) const override {
+    size_t c = perRank(bytes, esize, n);
+    return {c, c * n, c, c * n * esize};
+  }
+  double algBytes(const Counts& c, size_t esize, int n) const override {
+    return static_cast<double>(c.count * esize * n);
+  }
+  double busFactor(int n) const override { return ringFactor(n); }
+  ncclResult_t call(const CallArgs& a) const override {
+    return ncclScatter(a.send, a.recv, a.count, a.type, a.root, a.comm, nullptr);
+  }
+  size_t inPlaceRecvOffset(const Counts& c, int rank, int) const override { return rank * c.count; }
+  double input(int rank, int root, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts&) const override {
+    return rank == root ? movedValue(root, i, t) : 0;
+  }
+  bool expected(int rank, int, int root, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts& c,
+                double* v) const override {
+    *v = movedValue(root, rank * c.count + i, t);
+    return true;
+  }
+};
+
+}  // namespace
+
+const PerfColl& perfColl(Coll c) {
+  static const AllReduce allReduce;
+  static const AllGather allGather;
+  static const Broadcast broadcast;
+  static const Reduce reduce;
+  static const ReduceScatter reduceScatter;
+  static const AllToAll allToAll;
+  static const SendRecv sendRecv;
+  static const Gather gather;
+  static const Scatter scatter;
+  switch (c) {
+    case Coll::kAllReduce: return allReduce;
+    case Coll::kAllGather: return allGather;
+    case Coll::kBroadcast: return broadcast;
+    case Coll::kReduce: return reduce;
+    case Coll::kReduceScatter: return reduceScatter;
+    case Coll::kAllToAll: return allToAll;
+    case Coll::kSendRecv: return sendRecv;
+    case Coll::kGather: return gather;
+    default: return scatter;
+  }
+}
+
+}  // namespace strata::perf

@@ -1,0 +1,4 @@
+// reduce_scatter_perf: nccl-tests' reduce_scatter benchmark over Strata (see harness/perf_main.h).
+#include "harness/perf_main.h"
+
+int main(int argc, char** argv) { return strata::perf::perfMain(argc, argv, strata::perf::Coll::kReduceScatter); }
