@@ -86,6 +86,9 @@ void Communicator::setup(std::vector<PeerInfo> peers, std::unique_ptr<Bootstrap>
   if (opts.minChannels > 0) nch = std::max(nch, opts.minChannels);
   nch = std::max(1, std::min(nch, 64));
   if (nranks() > 1) channels_.resize(nch);
+  int localRanks = 0;
+  for (const PeerInfo& p : peers_) localRanks += p.sameHost(peers_[rank_]) ? 1 : 0;
+  oversubscribed_ = localRanks > sysconf(_SC_NPROCESSORS_ONLN);
   connectRing();
   bootstrap_->barrier();  // every rank's connections are up before anyone returns
   STRATA_INFO(kSubsysInit, rank_, "comm %s rank %d nranks %d pid %d - %d channel(s) of %d x %zu B slots%s%s",

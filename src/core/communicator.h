@@ -57,6 +57,8 @@ class Communicator {
   int numChannels() const { return static_cast<int>(channels_.size()); }
   Channel& channel(int c) { return channels_[c]; }
   algorithms::LinkModel linkModel() const;
+  // True when this host runs more ranks of the communicator than it has cores.
+  bool oversubscribed() const { return oversubscribed_; }
 
   // Opens point-to-point connections that are not open yet, in two phases so
   // that one thread can set up several communicators: first every receiver
@@ -120,6 +122,7 @@ class Communicator {
   std::atomic<bool> abortRequested_{false};
   std::atomic<bool> revoked_{false};
   uint64_t childSeq_ = 0;
+  bool oversubscribed_ = false;
 };
 
 }  // namespace strata::core

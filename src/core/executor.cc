@@ -179,11 +179,8 @@ void Executor::progressAll() {
   Communicator* first = work_.begin()->first;
   Doorbell& bell = first->bell();
   bool multi = work_.size() > 1;
-  int localRanks = 0;
-  for (int r = 0; r < first->nranks(); ++r) localRanks += first->peer(r).sameHost(first->peer(first->rank()));
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
   // Oversubscribed ranks must give the core away quickly, or every step waits a scheduler slice.
-  int spin = localRanks > cores ? config().spinCount / 16 : config().spinCount;
+  int spin = first->oversubscribed() ? config().spinCount / 16 : config().spinCount;
   int idle = 0;
   double idleSince = 0, lastCheck = 0;
   for (;;) {
