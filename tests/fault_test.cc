@@ -18,7 +18,15 @@ constexpr int kRanks = 4;
 constexpr int kVictim = 2;
 
 // Loops large all-reduces until one fails; reports the failure through the exit status.
-[[noreturn]] void rankMain(int rank, const ncclUniqueId& id, int reportFd) {
+[[noreturn]] void rankMain(int rank, int idFd[2], int reportFd) {
+  ncclUniqueId id;  // rank 0 makes it, so the test process starts no threads before forking
+  if (rank == 0) {
+    if (ncclGetUniqueId(&id) != ncclSuccess) _exit(14);
+    for (int k = 1; k < kRanks; ++k)
+      if (write(idFd[1], &id, sizeof(id)) != sizeof(id)) _exit(15);
+  } else if (read(idFd[0], &id, sizeof(id)) != sizeof(id)) {
+    _exit(16);
+  }
   ncclComm_t comm;
   if (ncclCommInitRank(&comm, kRanks, id, rank) != ncclSuccess) _exit(10);
   std::vector<float> buf(4 << 20, 1.0f);
@@ -40,14 +48,13 @@ constexpr int kVictim = 2;
 
 TEST(Fault, KilledRankMakesOthersFailFast) {
   setenv("STRATA_TIMEOUT", "120", 1);  // detection must come from liveness checks, not the timeout
-  ncclUniqueId id;
-  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
-  int pipefd[2];
+  int pipefd[2], idFd[2];
   ASSERT_EQ(pipe(pipefd), 0);
+  ASSERT_EQ(pipe(idFd), 0);
   std::vector<pid_t> pids;
   for (int r = 0; r < kRanks; ++r) {
     pid_t pid = fork();
-    if (pid == 0) rankMain(r, id, pipefd[1]);
+    if (pid == 0) rankMain(r, idFd, pipefd[1]);
     pids.push_back(pid);
   }
   for (int r = 0; r < kRanks; ++r) {  // every rank is in its loop
@@ -69,7 +76,7 @@ TEST(Fault, KilledRankMakesOthersFailFast) {
     }
     if (r == kVictim) continue;
     ASSERT_TRUE(WIFEXITED(status)) << "rank " << r;
-    EXPECT_EQ(WEXITSTATUS(status), 0) << "rank " << r << " (10 init, 12 wrong error, 13 no error)";
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "rank " << r << " (10 init, 12 wrong error, 13 no error, 14-16 id)";
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
   unsetenv("STRATA_TIMEOUT");

@@ -25,7 +25,8 @@ void usage(const char* prog) {
       "  [-o,--op <sum/prod/min/max/avg/mulsum/all>]\n"
       "  [-d,--datatype <int8/uint8/int32/uint32/int64/uint64/half/float/double/bfloat16/f8e4m3/f8e5m2/all>]\n"
       "  [-r,--root <root, -1 = every root>] [-z,--blocking <0/1>] [-a,--average <0/1/2/3>]\n"
-      "  [-T,--timeout <seconds>] [-h,--help]\n",
+      "  [-T,--timeout <seconds>] [-h,--help]\n"
+      "  Strata: [--backend nccl|mpi] (mpi: the same sweep through MPI's collectives, under mpirun)\n",
       prog);
 }
 
@@ -87,7 +88,7 @@ int parseArgs(int argc, char** argv, Args* a) {
       {"datatype", required_argument, nullptr, 'd'},   {"root", required_argument, nullptr, 'r'},
       {"blocking", required_argument, nullptr, 'z'},   {"average", required_argument, nullptr, 'a'},
       {"timeout", required_argument, nullptr, 'T'},    {"help", no_argument, nullptr, 'h'},
-      {nullptr, 0, nullptr, 0}};
+      {"backend", required_argument, nullptr, 1000},   {nullptr, 0, nullptr, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:c:o:d:r:z:a:T:h", longOpts, nullptr)) != -1) {
     switch (c) {
@@ -115,6 +116,13 @@ int parseArgs(int argc, char** argv, Args* a) {
       case 'z': a->blocking = static_cast<int>(strtol(optarg, nullptr, 0)); break;
       case 'a': a->average = static_cast<int>(strtol(optarg, nullptr, 0)); break;
       case 'T': a->timeoutSec = static_cast<int>(strtol(optarg, nullptr, 0)); break;
+      case 1000:
+        if (strcmp(optarg, "mpi") != 0 && strcmp(optarg, "nccl") != 0) {
+          fprintf(stderr, "invalid --backend %s (nccl or mpi)\n", optarg);
+          return 255;
+        }
+        a->mpiBackend = strcmp(optarg, "mpi") == 0;
+        break;
       case 'h': usage(argv[0]); return 0;
       default:
         printf("invalid option\n");
@@ -128,6 +136,10 @@ int parseArgs(int argc, char** argv, Args* a) {
   }
   if (a->nThreads < 1 || a->nGpus < 1 || a->iters < 1 || a->aggIters < 1 || a->warmup < 0) {
     fprintf(stderr, "invalid -t, -g, -n, -m or -w value\n");
+    return 255;
+  }
+  if (a->mpiBackend && (a->nThreads != 1 || a->nGpus != 1)) {
+    fprintf(stderr, "--backend mpi runs one rank per process: use -t 1 -g 1 under mpirun\n");
     return 255;
   }
   return -1;

@@ -1,4 +1,5 @@
-// Command-line options of the perf tools: nccl-tests' letters and defaults.
+// Command-line options of the perf tools: nccl-tests' letters and defaults,
+// plus Strata's long options (which no nccl-tests letter collides with).
 #pragma once
 
 #include <cstddef>
@@ -27,6 +28,7 @@ struct Args {
   int blocking = 0;             // -z
   int average = 1;              // -a: 0 rank 0, 1 mean, 2 min, 3 max
   int timeoutSec = 0;           // -T
+  bool mpiBackend = false;      // --backend mpi: the same sweep through MPI's collectives
 };
 
 // Parses argv; returns -1 to continue, else the exit code (0 for -h, 255 for bad values).

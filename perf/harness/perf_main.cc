@@ -12,6 +12,7 @@
 
 #include "device/dtypes.h"
 #include "harness/perf_args.h"
+#include "harness/perf_mpi.h"
 #include "harness/perf_world.h"
 #include "verify/reference.h"
 
@@ -62,7 +63,7 @@ struct Case {
 class Runner {
  public:
   Runner(const Args& args, Coll coll, World& world, const char* prog)
-      : args_(args), coll_(perfColl(coll)), world_(world), prog_(prog),
+      : args_(args), kind_(coll), coll_(perfColl(coll)), world_(world), prog_(prog),
         nranks_(world.nProcs() * args.nThreads * args.nGpus) {}
 
   int run();
@@ -78,6 +79,7 @@ class Runner {
   void ncclFailed(const char* what, ncclResult_t r);
 
   const Args& args_;
+  Coll kind_;
   const PerfColl& coll_;
   World& world_;
   const char* prog_;
@@ -110,6 +112,15 @@ void Runner::sendRecvPtrs(const Slot& s, const Case& c, const void** send, void*
 
 // Issues `times` operations on every slot of this thread, grouped as nccl-tests groups them.
 bool Runner::issue(std::vector<Slot>& slots, const Case& c, int times) {
+  if (args_.mpiBackend) {
+    for (int k = 0; k < times; ++k) {
+      CallArgs a{nullptr, nullptr, c.counts.count, c.type, c.op, c.root, slots[0].rank, nranks_, nullptr};
+      sendRecvPtrs(slots[0], c, &a.send, &a.recv);
+      if (!mpiCollective(kind_, a, c.inPlace)) return ncclFailed("MPI collective", ncclSystemError), false;
+    }
+    gProgress.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
   bool group = slots.size() > 1 || times > 1;
   if (group) ncclGroupStart();
   for (int k = 0; k < times; ++k) {
@@ -190,6 +201,7 @@ void Runner::printHeader() {
          factor ? static_cast<size_t>(args_.stepFactor) : args_.stepBytes, factor ? "factor" : "bytes", args_.warmup,
          args_.iters, args_.aggIters, args_.check);
   if (args_.blocking) printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
+  if (args_.mpiBackend) printf("# Backend: MPI (the same sweep through MPI's collectives, for comparison)\n");
   printf("#\n# Using devices\n");
 }
 
@@ -220,14 +232,16 @@ void Runner::printDevices(int t, std::vector<Slot>& slots) {
 void Runner::threadMain(int t, const ncclUniqueId& id) {
   std::vector<Slot> slots(args_.nGpus);
   bool first = world_.proc() == 0 && t == 0;
-  ncclGroupStart();  // one thread creates its ranks inside one group, as nccl-tests does
-  for (int g = 0; g < args_.nGpus; ++g) {
-    slots[g].rank = (world_.proc() * args_.nThreads + t) * args_.nGpus + g;
-    ncclResult_t r = ncclCommInitRank(&slots[g].comm, nranks_, id, slots[g].rank);
-    if (r != ncclSuccess) ncclFailed("ncclCommInitRank", r);
+  for (int g = 0; g < args_.nGpus; ++g) slots[g].rank = (world_.proc() * args_.nThreads + t) * args_.nGpus + g;
+  if (!args_.mpiBackend) {
+    ncclGroupStart();  // one thread creates its ranks inside one group, as nccl-tests does
+    for (Slot& s : slots) {
+      ncclResult_t r = ncclCommInitRank(&s.comm, nranks_, id, s.rank);
+      if (r != ncclSuccess) ncclFailed("ncclCommInitRank", r);
+    }
+    ncclResult_t r = ncclGroupEnd();
+    if (r != ncclSuccess) ncclFailed("ncclGroupEnd (init)", r);
   }
-  ncclResult_t r = ncclGroupEnd();
-  if (r != ncclSuccess) ncclFailed("ncclGroupEnd (init)", r);
   for (Slot& s : slots) {
     if (ncclMemAlloc(&s.send, slotBytes_) != ncclSuccess || ncclMemAlloc(&s.recv, slotBytes_) != ncclSuccess)
       ncclFailed("ncclMemAlloc", ncclSystemError);
@@ -254,6 +268,12 @@ void Runner::threadMain(int t, const ncclUniqueId& id) {
           for (size_t bytes = args_.minBytes; bytes <= args_.maxBytes;
                bytes = args_.stepFactor > 1 ? static_cast<size_t>(bytes * args_.stepFactor) : bytes + args_.stepBytes) {
             Case c{type, op, root < 0 ? 0 : root, coll_.counts(bytes, es, nranks_), false};
+            if (args_.mpiBackend && !mpiUnsupported(kind_, type, op, false, world_.mpi()).empty()) {
+              if (first && bytes == args_.minBytes)
+                printf("# skipped %s %s: %s\n", device::dtypeName(type), opName(op),
+                       mpiUnsupported(kind_, type, op, false, world_.mpi()).c_str());
+              break;
+            }
             std::string row;
             if (first) {
               char buf[128];
@@ -263,6 +283,10 @@ void Runner::threadMain(int t, const ncclUniqueId& id) {
             }
             for (bool inPlace : {false, true}) {
               c.inPlace = inPlace;
+              if (args_.mpiBackend && !mpiUnsupported(kind_, type, op, inPlace, true).empty()) {
+                row += "      N/A     N/A     N/A     N/A";  // same columns, nothing measured
+                continue;
+              }
               double us = timeCase(t, slots, c);
               bool checkable = args_.check && !(inPlace && coll_.inPlaceUnchecked());
               double wrong = checkable ? world_.combine(t, static_cast<double>(checkCase(slots, c)), 4) : 0;
@@ -296,7 +320,7 @@ void Runner::threadMain(int t, const ncclUniqueId& id) {
   for (Slot& s : slots) {
     ncclMemFree(s.send);
     ncclMemFree(s.recv);
-    ncclCommDestroy(s.comm);
+    if (s.comm) ncclCommDestroy(s.comm);
   }
 }
 
@@ -306,11 +330,15 @@ int Runner::run() {
   slotBytes_ = std::max<size_t>(64, std::max(most.sendCount, most.recvCount) + 64);
   if (world_.proc() == 0) printHeader();
   ncclUniqueId id;
-  if (world_.proc() == 0 && ncclGetUniqueId(&id) != ncclSuccess) {
+  if (!args_.mpiBackend && world_.proc() == 0 && ncclGetUniqueId(&id) != ncclSuccess) {
     ncclFailed("ncclGetUniqueId", ncclSystemError);
     return kExitNccl;
   }
   world_.broadcast(&id, sizeof(id));
+  if (args_.mpiBackend && !world_.mpi()) {
+    fprintf(stderr, "%s\n", mpiUnsupported(kind_, ncclFloat, ncclSum, false, false).c_str());
+    return 255;
+  }
   if (args_.timeoutSec > 0) {
     std::thread([this] {
       uint64_t last = gProgress.load();

@@ -106,13 +106,23 @@ int main(int argc, char** argv) {
   ncclGetVersion(&version);
   printf("abi_check: built against nccl.h %d.%d.%d, library reports %d, %d ranks\n", NCCL_MAJOR, NCCL_MINOR,
          NCCL_PATCH, version, n);
-  ncclUniqueId id;
-  CHECK(ncclGetUniqueId(&id));
+  /* Rank 0's process makes the id and passes it on: this process starts no threads before forking. */
+  int idPipe[2];
+  if (pipe(idPipe) != 0) return 1;
   pid_t pids[64];
   for (int r = 0; r < n; ++r) {
     pids[r] = fork();
     if (pids[r] == 0) {
+      ncclUniqueId id;
       alarm(60); /* never hang the suite */
+      rank = r;
+      if (r == 0) {
+        CHECK(ncclGetUniqueId(&id));
+        for (int k = 1; k < n; ++k)
+          if (write(idPipe[1], &id, sizeof(id)) != (ssize_t)sizeof(id)) _exit(2);
+      } else if (read(idPipe[0], &id, sizeof(id)) != (ssize_t)sizeof(id)) {
+        _exit(2);
+      }
       _exit(runRank(r, n, id));
     }
   }

@@ -19,9 +19,14 @@ std::string readAll(int fd) {
   return s;
 }
 
-std::vector<RankResult> runProcesses(int nranks, const RankFn& fn, const ncclUniqueId& id, double timeoutSec) {
+// Rank 0's process makes the unique id and hands it to the others through a pipe:
+// the parent never starts Strata's threads just before forking, so the children
+// never inherit a lock held mid-allocation (which sanitizer allocators do not survive).
+std::vector<RankResult> runProcesses(int nranks, const RankFn& fn, double timeoutSec) {
   std::vector<pid_t> pids(nranks);
   std::vector<int> pipes(nranks);
+  int idPipe[2];
+  if (pipe(idPipe) != 0) return {{0, "pipe failed"}};
   for (int r = 0; r < nranks; ++r) {
     int p[2];
     if (pipe(p) != 0) return {{r, "pipe failed"}};
@@ -30,6 +35,14 @@ std::vector<RankResult> runProcesses(int nranks, const RankFn& fn, const ncclUni
       close(p[0]);
       std::string err;
       try {
+        ncclUniqueId id;
+        if (r == 0) {
+          if (ncclGetUniqueId(&id) != ncclSuccess) _exit(4);
+          for (int k = 1; k < nranks; ++k)  // one atomic write per reader (sizeof(id) < PIPE_BUF)
+            if (write(idPipe[1], &id, sizeof(id)) != sizeof(id)) _exit(5);
+        } else if (read(idPipe[0], &id, sizeof(id)) != sizeof(id)) {
+          _exit(6);
+        }
         err = fn(r, nranks, id);
       } catch (const std::exception& e) {
         err = std::string("exception: ") + e.what();
@@ -41,6 +54,8 @@ std::vector<RankResult> runProcesses(int nranks, const RankFn& fn, const ncclUni
     pids[r] = pid;
     pipes[r] = p[0];
   }
+  close(idPipe[0]);
+  close(idPipe[1]);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeoutSec);
   std::vector<RankResult> results(nranks);
   std::vector<bool> done(nranks, false);
@@ -82,9 +97,9 @@ std::vector<RankResult> runProcesses(int nranks, const RankFn& fn, const ncclUni
 }  // namespace
 
 std::vector<RankResult> runRanks(Mode mode, int nranks, const RankFn& fn, double timeoutSec) {
+  if (mode == Mode::kProcesses) return runProcesses(nranks, fn, timeoutSec);
   ncclUniqueId id;
   if (ncclGetUniqueId(&id) != ncclSuccess) return {{0, "ncclGetUniqueId failed"}};
-  if (mode == Mode::kProcesses) return runProcesses(nranks, fn, id, timeoutSec);
   std::vector<RankResult> results(nranks);
   std::vector<std::thread> threads;
   for (int r = 0; r < nranks; ++r) {

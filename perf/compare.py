@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Strata against Open MPI on the same ranks and sizes, interleaved, several times.
+
+Runs each perf tool under mpirun twice per repetition, once through Strata and once with
+--backend mpi (Open MPI's collectives, with its best settings on this machine), for 2 and 4
+local ranks, and prints per size the median busbw of each, their ratio, and a memory-bandwidth
+bound from perf/membw_probe measured in the same run (docs/perf.md derives it).
+
+usage: perf/compare.py [--build build] [--reps 5] [--ranks 2,4] [--colls all_reduce,...] [-b 8] [-e 256M]
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+
+# Open MPI allocates scratch memory per call; without this glibc returns it to the OS each
+# time and every large call pays page faults again (docs/perf.md).
+MPI_ENV = {"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"}
+
+
+def mpirun(n, args, env_extra):
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(n),
+           "--mca", "btl", "vader,self"]
+    for k, v in env_extra.items():
+        cmd += ["-x", f"{k}={v}"]
+    out = subprocess.run(cmd + args, capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        sys.exit(f"failed ({out.returncode}): {' '.join(cmd + args)}\n{out.stdout}\n{out.stderr}")
+    rows = {}
+    for line in out.stdout.splitlines():
+        f = line.split()
+        if len(f) >= 13 and not line.startswith("#") and f[0].isdigit():
+            rows[int(f[0])] = (float(f[5]), float(f[7]))  # out-of-place time (us), busbw (GB/s)
+    return rows
+
+
+def probe(build):
+    out = subprocess.run([os.path.join(build, "bin", "membw_probe")], capture_output=True, text=True, check=True)
+    vals = dict(l.split() for l in out.stdout.splitlines() if l.endswith(tuple("0123456789")) and " " in l
+                and not l.startswith("membw"))
+    return float(vals["copy_gbps"]), float(vals["add_gbps"])
+
+
+def bound(coll, n, cores, copy, add):
+    """busbw (GB/s) at which the memory system alone would limit the collective (docs/perf.md).
+
+    Each rank's least work, at the single-core rates copy and add (bytes written per second),
+    with the n ranks sharing min(n, cores) cores.
+    """
+    par = min(n, cores)
+    if coll == "all_reduce":      # reduce 1/n of the data (n-1 adds), copy the other (n-1)/n of the result
+        return 2 * par / (n * (1 / add + 1 / copy))
+    if coll == "reduce_scatter":  # reduce 1/n of the input (n-1 adds)
+        return add * par / n
+    if coll == "all_gather":      # copy the (n-1)/n of the output that comes from peers
+        return copy * par / n
+    if coll == "broadcast":       # n-1 ranks each copy the whole buffer
+        return copy * min(n - 1, cores) / (n - 1)
+    return float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--ranks", default="2,4")
+    ap.add_argument("--colls", default="all_reduce,all_gather,reduce_scatter,broadcast")
+    ap.add_argument("-b", default="8")
+    ap.add_argument("-e", default="256M")
+    ap.add_argument("-f", default="16")
+    args = ap.parse_args()
+    ranks = [int(x) for x in args.ranks.split(",")]
+    colls = args.colls.split(",")
+    cores = os.cpu_count()
+    res = {}  # (n, coll, side) -> size -> [busbw...], plus times
+    rates = []
+    for rep in range(args.reps):
+        rates.append(probe(args.build))
+        for n in ranks:
+            for coll in colls:
+                tool = [os.path.join(args.build, "bin", f"{coll}_perf"), "-b", args.b, "-e", args.e, "-f", args.f,
+                        "-n", "10", "-w", "2", "-c", "0"]
+                for side, extra, env in (("strata", [], {}), ("mpi", ["--backend", "mpi"], MPI_ENV)):
+                    rows = mpirun(n, tool + extra, env)
+                    for size, (us, bw) in rows.items():
+                        res.setdefault((n, coll, side), {}).setdefault(size, []).append((us, bw))
+        print(f"# repetition {rep + 1}/{args.reps} done", file=sys.stderr)
+    copy = statistics.median(r[0] for r in rates)
+    add = statistics.median(r[1] for r in rates)
+    print(f"# membw_probe medians: copy {copy:.2f} GB/s, c=a+b {add:.2f} GB/s (one core); {cores} cores")
+    print(f"# medians of {args.reps} interleaved runs; busbw in GB/s; out-of-place; float sum")
+    for n in ranks:
+        for coll in colls:
+            b = bound(coll, n, cores, copy, add)
+            print(f"\n## {coll}, {n} ranks (bound {b:.2f} GB/s)")
+            print(f"{'size':>12} {'strata':>9} {'openmpi':>9} {'ratio':>7} {'%bound':>7} {'strata us':>10} {'mpi us':>10}")
+            s_rows, m_rows = res[(n, coll, "strata")], res[(n, coll, "mpi")]
+            for size in sorted(s_rows):
+                s_bw = statistics.median(x[1] for x in s_rows[size])
+                m_bw = statistics.median(x[1] for x in m_rows.get(size, [(0, 0)]))
+                s_us = statistics.median(x[0] for x in s_rows[size])
+                m_us = statistics.median(x[0] for x in m_rows.get(size, [(0, 0)]))
+                ratio = s_bw / m_bw if m_bw > 0 else float("nan")
+                if m_bw == 0:
+                    ratio = m_us / s_us if s_us > 0 else float("nan")
+                print(f"{size:>12} {s_bw:>9.2f} {m_bw:>9.2f} {ratio:>7.2f} {100 * s_bw / b:>6.0f}% {s_us:>10.2f} {m_us:>10.2f}")
+
+
+if __name__ == "__main__":
+    main()
