@@ -20,7 +20,7 @@ MPI_ENV = {"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshol
 
 
 def mpirun(n, args, env_extra):
-    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(n),
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(n),
            "--mca", "btl", "vader,self"]
     for k, v in env_extra.items():
         cmd += ["-x", f"{k}={v}"]
