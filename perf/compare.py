@@ -97,6 +97,8 @@ def main():
             print(f"{'size':>12} {'strata':>9} {'openmpi':>9} {'ratio':>7} {'%bound':>7} {'strata us':>10} {'mpi us':>10}")
             s_rows, m_rows = res[(n, coll, "strata")], res[(n, coll, "mpi")]
             for size in sorted(s_rows):
+                if size == 0:
+                    continue
                 s_bw = statistics.median(x[1] for x in s_rows[size])
                 m_bw = statistics.median(x[1] for x in m_rows.get(size, [(0, 0)]))
                 s_us = statistics.median(x[0] for x in s_rows[size])

@@ -16,6 +16,13 @@ namespace {
 
 std::string lastError() { return ncclGetLastError(nullptr); }
 
+// Strata's ncclResetDebugInit re-reads every variable; NCCL marks it deprecated.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+void reloadEnvironment() { ncclResetDebugInit(); }
+#pragma GCC diagnostic pop
+
+
 class OneRank : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_EQ(ncclCommInitAll(&comm_, 1, nullptr), ncclSuccess); }
@@ -151,6 +158,23 @@ TEST_F(OneRank, SimulateEstimatesWithoutRunning) {
   EXPECT_EQ(b[0], 0);
 }
 
+TEST(Api, AlgorithmListsAreHonoured) {
+  ncclComm_t comm;
+  ASSERT_EQ(ncclCommInitAll(&comm, 1, nullptr), ncclSuccess);
+  float a = 1, b = 0;
+  setenv("NCCL_ALGO", "Tree", 1);
+  reloadEnvironment();
+  EXPECT_EQ(ncclAllReduce(&a, &b, 1, ncclFloat, ncclSum, comm, nullptr), ncclInvalidUsage);
+  EXPECT_NE(lastError().find("NCCL_ALGO=Tree leaves no algorithm for AllReduce"), std::string::npos) << lastError();
+  setenv("NCCL_ALGO", "^Tree", 1);
+  reloadEnvironment();
+  EXPECT_EQ(ncclAllReduce(&a, &b, 1, ncclFloat, ncclSum, comm, nullptr), ncclSuccess);
+  EXPECT_EQ(b, 1);
+  unsetenv("NCCL_ALGO");
+  reloadEnvironment();
+  ncclCommDestroy(comm);
+}
+
 TEST(Api, ConfigMustBeInitialised) {
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
@@ -180,12 +204,6 @@ TEST(Api, WrongMagicIsRefusedAtOnce) {
   EXPECT_NE(lastError().find("refused"), std::string::npos) << lastError();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
-
-// Strata's ncclResetDebugInit re-reads every variable; NCCL marks it deprecated.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-void reloadEnvironment() { ncclResetDebugInit(); }
-#pragma GCC diagnostic pop
 
 TEST(Api, BootstrapTimeoutNamesMissingRanks) {
   setenv("STRATA_TIMEOUT", "1.5", 1);

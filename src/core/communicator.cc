@@ -91,8 +91,9 @@ void Communicator::setup(std::vector<PeerInfo> peers, std::unique_ptr<Bootstrap>
   oversubscribed_ = localRanks > sysconf(_SC_NPROCESSORS_ONLN);
   connectRing();
   bootstrap_->barrier();  // every rank's connections are up before anyone returns
-  STRATA_INFO(kSubsysInit, rank_, "comm %s rank %d nranks %d pid %d - %d channel(s) of %d x %zu B slots%s%s",
-              opts_.name.empty() ? "-" : opts_.name.c_str(), rank_, nranks(), getpid(), numChannels(), slots_,
+  STRATA_INFO(kSubsysInit, rank_, "comm %s commId 0x%016llx rank %d nranks %d pid %d - %d channel(s) of %d x %zu B slots%s%s",
+              opts_.name.empty() ? "-" : opts_.name.c_str(), static_cast<unsigned long long>(magic()), rank_, nranks(),
+              getpid(), numChannels(), slots_,
               slotBytes_, nranks() > 1 ? ", ring via " : "",
               nranks() > 1 ? transport::selectTransport(peers_[rank_], peers_[(rank_ + 1) % nranks()]).name() : "");
 }

@@ -47,7 +47,19 @@ void Executor::add(Communicator& comm, const OpDesc& op) {
   }
 }
 
+// The tuner's choice for this operation; throws when NCCL_ALGO / NCCL_PROTO exclude every candidate.
+static void tune(const Communicator& comm, const OpDesc& op) {
+  const Config& cfg = config();
+  bool logging = logEnabled(LogLevel::kInfo, kSubsysTuning);
+  if (cfg.algo.empty() && cfg.proto.empty() && !logging) return;  // one candidate: nothing to decide
+  algorithms::TuneRequest req{op.coll, opBytes(op, comm.nranks()), comm.nranks(), comm.linkModel()};
+  algorithms::Choice c = algorithms::choose(req, cfg.algo, cfg.proto);
+  STRATA_INFO(kSubsysTuning, comm.rank(), "%s: %zu bytes on %d ranks -> %s/%s, estimated %.1f us", op.fn, req.bytes,
+              req.nranks, c.algorithm, c.protocol, c.estimatedUs);
+}
+
 void Executor::addRing(Communicator& comm, const OpDesc& op) {
+  tune(comm, op);
   int n = comm.nranks();
   size_t esize = device::dtypeSize(op.type);
   bool segmented = op.coll == algorithms::Collective::kAllGather || op.coll == algorithms::Collective::kReduceScatter;
