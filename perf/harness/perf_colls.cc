@@ -28,14 +28,38 @@ size_t perRank(size_t bytes, size_t esize, int n) {
 
 double ringFactor(int n) { return n > 1 ? static_cast<double>(n - 1) / n : 1; }
 
-class AllReduce final : public PerfColl {
+// All-reduce, broadcast, reduce, send/recv: every rank's buffers hold the whole count.
+class WholeBuffer : public PerfColl {
  public:
-  bool hasOp() const override { return true; }
   Counts counts(size_t bytes, size_t esize, int) const override {
     size_t c = bytes / esize;
     return {c, c, c, c * esize};
   }
   double algBytes(const Counts& c, size_t esize, int) const override { return static_cast<double>(c.count * esize); }
+  double busFactor(int) const override { return 1; }
+};
+
+// All-gather, reduce-scatter, all-to-all, gather, scatter: a per-rank count, and one side
+// (or both, for all-to-all) n times larger.
+class SplitBuffer : public PerfColl {
+ public:
+  SplitBuffer(bool wideSend, bool wideRecv) : wideSend_(wideSend), wideRecv_(wideRecv) {}
+  Counts counts(size_t bytes, size_t esize, int n) const override {
+    size_t c = perRank(bytes, esize, n);
+    return {c, wideSend_ ? c * n : c, wideRecv_ ? c * n : c, c * n * esize};
+  }
+  double algBytes(const Counts& c, size_t esize, int n) const override {
+    return static_cast<double>(c.count * esize * n);
+  }
+  double busFactor(int n) const override { return ringFactor(n); }
+
+ private:
+  bool wideSend_, wideRecv_;
+};
+
+class AllReduce final : public WholeBuffer {
+ public:
+  bool hasOp() const override { return true; }
   double busFactor(int n) const override { return n > 1 ? 2.0 * (n - 1) / n : 1; }
   ncclResult_t call(const CallArgs& a) const override {
     return ncclAllReduce(a.send, a.recv, a.count, a.type, a.op, a.comm, nullptr);
@@ -49,16 +73,10 @@ class AllReduce final : public PerfColl {
   }
 };
 
-class Reduce final : public PerfColl {
+class Reduce final : public WholeBuffer {
  public:
   bool hasOp() const override { return true; }
   bool hasRoot() const override { return true; }
-  Counts counts(size_t bytes, size_t esize, int) const override {
-    size_t c = bytes / esize;
-    return {c, c, c, c * esize};
-  }
-  double algBytes(const Counts& c, size_t esize, int) const override { return static_cast<double>(c.count * esize); }
-  double busFactor(int) const override { return 1; }
   ncclResult_t call(const CallArgs& a) const override {
     return ncclReduce(a.send, a.recv, a.count, a.type, a.op, a.root, a.comm, nullptr);
   }
@@ -72,17 +90,10 @@ class Reduce final : public PerfColl {
   }
 };
 
-class ReduceScatter final : public PerfColl {
+class ReduceScatter final : public SplitBuffer {
  public:
+  ReduceScatter() : SplitBuffer(true, false) {}
   bool hasOp() const override { return true; }
-  Counts counts(size_t bytes, size_t esize, int n) const override {
-    size_t c = perRank(bytes, esize, n);
-    return {c, c * n, c, c * n * esize};
-  }
-  double algBytes(const Counts& c, size_t esize, int n) const override {
-    return static_cast<double>(c.count * esize * n);
-  }
-  double busFactor(int n) const override { return ringFactor(n); }
   ncclResult_t call(const CallArgs& a) const override {
     return ncclReduceScatter(a.send, a.recv, a.count, a.type, a.op, a.comm, nullptr);
   }
@@ -97,16 +108,9 @@ class ReduceScatter final : public PerfColl {
   }
 };
 
-class AllGather final : public PerfColl {
+class AllGather final : public SplitBuffer {
  public:
-  Counts counts(size_t bytes, size_t esize, int n) const override {
-    size_t c = perRank(bytes, esize, n);
-    return {c, c, c * n, c * n * esize};
-  }
-  double algBytes(const Counts& c, size_t esize, int n) const override {
-    return static_cast<double>(c.count * esize * n);
-  }
-  double busFactor(int n) const override { return ringFactor(n); }
+  AllGather() : SplitBuffer(false, true) {}
   ncclResult_t call(const CallArgs& a) const override {
     return ncclAllGather(a.send, a.recv, a.count, a.type, a.comm, nullptr);
   }
@@ -120,15 +124,9 @@ class AllGather final : public PerfColl {
   }
 };
 
-class Broadcast final : public PerfColl {
+class Broadcast final : public WholeBuffer {
  public:
   bool hasRoot() const override { return true; }
-  Counts counts(size_t bytes, size_t esize, int) const override {
-    size_t c = bytes / esize;
-    return {c, c, c, c * esize};
-  }
-  double algBytes(const Counts& c, size_t esize, int) const override { return static_cast<double>(c.count * esize); }
-  double busFactor(int) const override { return 1; }
   ncclResult_t call(const CallArgs& a) const override {
     return ncclBroadcast(a.send, a.recv, a.count, a.type, a.root, a.comm, nullptr);
   }
@@ -141,16 +139,9 @@ class Broadcast final : public PerfColl {
   }
 };
 
-class AllToAll final : public PerfColl {
+class AllToAll final : public SplitBuffer {
  public:
-  Counts counts(size_t bytes, size_t esize, int n) const override {
-    size_t c = perRank(bytes, esize, n);
-    return {c, c * n, c * n, c * n * esize};
-  }
-  double algBytes(const Counts& c, size_t esize, int n) const override {
-    return static_cast<double>(c.count * esize * n);
-  }
-  double busFactor(int n) const override { return ringFactor(n); }
+  AllToAll() : SplitBuffer(true, true) {}
   ncclResult_t call(const CallArgs& a) const override {
     return ncclAlltoAll(a.send, a.recv, a.count, a.type, a.comm, nullptr);
   }
@@ -164,15 +155,9 @@ class AllToAll final : public PerfColl {
   }
 };
 
-class SendRecv final : public PerfColl {
+class SendRecv final : public WholeBuffer {
  public:
   bool inPlaceUnchecked() const override { return true; }
-  Counts counts(size_t bytes, size_t esize, int) const override {
-    size_t c = bytes / esize;
-    return {c, c, c, c * esize};
-  }
-  double algBytes(const Counts& c, size_t esize, int) const override { return static_cast<double>(c.count * esize); }
-  double busFactor(int) const override { return 1; }
   ncclResult_t call(const CallArgs& a) const override {
     ncclGroupStart();
     ncclResult_t r = ncclSend(a.send, a.count, a.type, (a.rank + 1) % a.nranks, a.comm, nullptr);
@@ -190,17 +175,10 @@ class SendRecv final : public PerfColl {
   }
 };
 
-class Gather final : public PerfColl {
+class Gather final : public SplitBuffer {
  public:
+  Gather() : SplitBuffer(false, true) {}
   bool hasRoot() const override { return true; }
-  Counts counts(size_t bytes, size_t esize, int n) const override {
-    size_t c = perRank(bytes, esize, n);
-    return {c, c, c * n, c * n * esize};
-  }
-  double algBytes(const Counts& c, size_t esize, int n) const override {
-    return static_cast<double>(c.count * esize * n);
-  }
-  double busFactor(int n) const override { return ringFactor(n); }
   ncclResult_t call(const CallArgs& a) const override {
     return ncclGather(a.send, a.recv, a.count, a.type, a.root, a.comm, nullptr);
   }
@@ -215,17 +193,10 @@ class Gather final : public PerfColl {
   }
 };
 
-class Scatter final : public PerfColl {
+class Scatter final : public SplitBuffer {
  public:
+  Scatter() : SplitBuffer(true, false) {}
   bool hasRoot() const override { return true; }
-  Counts counts(size_t bytes, size_t esize, int n) const override {
-    size_t c = perRank(bytes, esize, n);
-    return {c, c * n, c, c * n * esize};
-  }
-  double algBytes(const Counts& c, size_t esize, int n) const override {
-    return static_cast<double>(c.count * esize * n);
-  }
-  double busFactor(int n) const override { return ringFactor(n); }
   ncclResult_t call(const CallArgs& a) const override {
     return ncclScatter(a.send, a.recv, a.count, a.type, a.root, a.comm, nullptr);
   }

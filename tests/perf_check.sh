@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Runs one perf tool with checking on, every type and op and root, and fails
+# unless it exits 0 with no wrong values. Usage: perf_check.sh threads|mpirun TOOL
+set -uo pipefail
+mode=$1 tool=$2
+args=(-b 1K -e 256K -f 16 -d all -o all -r -1 -n 2 -w 1 -c 1)
+if [ "$mode" = mpirun ]; then
+  out=$(timeout 300 mpirun --allow-run-as-root --oversubscribe -np 3 "$tool" "${args[@]}" 2>&1)
+else
+  out=$(timeout 300 "$tool" -t 3 "${args[@]}" 2>&1)
+fi
+rc=$?
+echo "$out" | tail -n 8
+[ $rc -eq 0 ] || { echo "perf_check: $tool exited $rc"; exit 1; }
+echo "$out" | grep -q "Out of bounds values : 0 OK" || { echo "perf_check: wrong values"; exit 1; }
+rows=$(echo "$out" | grep -c '^ ')
+[ "$rows" -gt 0 ] || { echo "perf_check: no result rows"; exit 1; }
+echo "perf_check: $rows rows, no wrong values"
