@@ -34,7 +34,8 @@ OpDesc collective(Collective c, const char* fn, const void* sendbuff, void* recv
   d.sendbuff = sendbuff;
   d.recvbuff = recvbuff;
   d.count = count;
-  d.type = type;
+  d.rawType = core::rawEnum(type);
+  d.type = d.rawType >= 0 && d.rawType < ncclNumTypes ? static_cast<ncclDataType_t>(d.rawType) : ncclFloat32;
   d.op = op;
   d.root = root;
   return d;
@@ -129,10 +130,11 @@ STRATA_API ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar,
     core::Communicator& c = core::ready(comm, "ncclRedOpCreatePreMulSum");
     STRATA_REQUIRE(op, ncclInvalidArgument, "ncclRedOpCreatePreMulSum: op is NULL");
     STRATA_REQUIRE(scalar, ncclInvalidArgument, "ncclRedOpCreatePreMulSum: scalar is NULL");
-    STRATA_REQUIRE(datatype >= 0 && datatype < ncclNumTypes, ncclInvalidArgument,
-                   "ncclRedOpCreatePreMulSum: invalid datatype %d", static_cast<int>(datatype));
-    STRATA_REQUIRE(residence == ncclScalarDevice || residence == ncclScalarHostImmediate, ncclInvalidArgument,
-                   "ncclRedOpCreatePreMulSum: invalid residence %d", static_cast<int>(residence));
+    int type = core::rawEnum(datatype), where = core::rawEnum(residence);
+    STRATA_REQUIRE(type >= 0 && type < ncclNumTypes, ncclInvalidArgument,
+                   "ncclRedOpCreatePreMulSum: invalid datatype %d", type);
+    STRATA_REQUIRE(where == ncclScalarDevice || where == ncclScalarHostImmediate, ncclInvalidArgument,
+                   "ncclRedOpCreatePreMulSum: invalid residence %d", where);
     *op = c.createPreMulSum(scalar, datatype, residence);
   });
 }

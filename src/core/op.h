@@ -17,10 +17,21 @@ struct OpDesc {
   const void* sendbuff = nullptr;
   void* recvbuff = nullptr;
   size_t count = 0;  // per NCCL's convention for the call (sendcount, recvcount, ...)
-  ncclDataType_t type = ncclFloat32;
+  ncclDataType_t type = ncclFloat32;  // valid once validateOp has checked rawType
   ncclRedOp_t op = ncclSum;
+  int rawType = ncclFloat32;  // the datatype as the caller passed it, possibly out of range
   int root = 0;  // root for rooted collectives, peer for send/recv
 };
+
+// Reads an enum argument as the integer the caller passed: a C caller can pass any
+// value, and loading an out-of-range value as the enum type is undefined in C++.
+template <typename Enum>
+int rawEnum(const Enum& e) {
+  int v;
+  static_assert(sizeof(Enum) == sizeof(int));
+  __builtin_memcpy(&v, &e, sizeof(v));
+  return v;
+}
 
 // nccl-tests' "size" of an operation: bytes of the larger of one rank's input and output.
 size_t opBytes(const OpDesc& op, int nranks);

@@ -21,8 +21,8 @@ size_t opBytes(const OpDesc& op, int nranks) {
 
 void validateOp(const Communicator& comm, const OpDesc& op) {
   int r = comm.rank(), n = comm.nranks();
-  STRATA_REQUIRE(op.type >= 0 && op.type < ncclNumTypes, ncclInvalidArgument, "%s: rank %d: invalid datatype %d",
-                 op.fn, r, static_cast<int>(op.type));
+  STRATA_REQUIRE(op.rawType >= 0 && op.rawType < ncclNumTypes, ncclInvalidArgument, "%s: rank %d: invalid datatype %d",
+                 op.fn, r, op.rawType);
   bool rooted = op.kind != OpKind::kCollective || op.coll == algorithms::Collective::kBroadcast ||
                 op.coll == algorithms::Collective::kReduce || op.coll == algorithms::Collective::kGather ||
                 op.coll == algorithms::Collective::kScatter;
