@@ -3,6 +3,7 @@
 #include <strings.h>
 
 #include <cstdlib>
+#include <atomic>
 #include <memory>
 #include <mutex>
 
@@ -120,11 +121,12 @@ class Parser {
   Config* cfg_;
 };
 
-std::unique_ptr<Config>& slot() {
-  static std::unique_ptr<Config> cfg;
-  return cfg;
-}
-std::once_flag gOnce;
+// The current configuration. A reload publishes a new one and keeps the old
+// alive (reloads are rare), so threads still reading the old one stay safe.
+std::atomic<Config*> gCurrent{nullptr};
+std::mutex gReloadMutex;
+
+Config* parseEnvironment() { return new Config(Config::parse([](const char* n) { return getenv(n); })); }
 
 }  // namespace
 
@@ -157,15 +159,17 @@ Config Config::parse(const std::function<const char*(const char*)>& lookup) {
 }
 
 const Config& config() {
-  std::call_once(gOnce, [] {
-    if (!slot()) slot() = std::make_unique<Config>(Config::parse([](const char* n) { return getenv(n); }));
-  });
-  return *slot();
+  Config* c = gCurrent.load(std::memory_order_acquire);
+  if (c) return *c;
+  std::lock_guard<std::mutex> lock(gReloadMutex);
+  if (!gCurrent.load()) gCurrent.store(parseEnvironment(), std::memory_order_release);
+  return *gCurrent.load();
 }
 
 void reloadConfig() {
-  config();
-  *slot() = Config::parse([](const char* n) { return getenv(n); });
+  static std::vector<std::unique_ptr<Config>> retired;  // kept, and reachable, for readers still using them
+  std::lock_guard<std::mutex> lock(gReloadMutex);
+  if (Config* old = gCurrent.exchange(parseEnvironment(), std::memory_order_acq_rel)) retired.emplace_back(old);
 }
 
 }  // namespace strata

@@ -53,7 +53,8 @@ struct Config {
 // The process-wide configuration, parsed from the environment on first use.
 const Config& config();
 
-// Re-reads the environment (ncclResetDebugInit). Not safe while other threads use Strata.
+// Re-reads the environment (ncclResetDebugInit). Threads that read the previous
+// configuration keep a valid one; new reads see the new one.
 void reloadConfig();
 
 }  // namespace strata

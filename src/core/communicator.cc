@@ -191,7 +191,7 @@ Communicator::~Communicator() {
   // A peer still waiting for this rank now fails fast instead of timing out; a
   // correct program never waits for a rank that finished all its operations.
   abortConnections();
-  if (bootstrap_) PostOffice::instance().discard(bootstrap_->magic());
+  if (bootstrap_) PostOffice::instance().discard(bootstrap_->magic(), rank_);
 }
 
 }  // namespace strata::core

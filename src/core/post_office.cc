@@ -225,11 +225,11 @@ std::string PostOffice::receiveAny(MsgKey* key, const Deadline& deadline) {
   }
 }
 
-void PostOffice::discard(uint64_t magic) {
+void PostOffice::discard(uint64_t magic, int rank) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   for (auto it = s.mailbox.begin(); it != s.mailbox.end();)
-    it = it->first.magic == magic ? s.mailbox.erase(it) : std::next(it);
+    it = (it->first.magic == magic && it->first.dst == rank) ? s.mailbox.erase(it) : std::next(it);
 }
 
 }  // namespace strata::core

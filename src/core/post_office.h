@@ -50,8 +50,9 @@ class PostOffice {
   std::string receive(const MsgKey& key, const Deadline& deadline, const WaitCheck& check = {});
   // Waits for any message of this magic and kind; fills in the key.
   std::string receiveAny(MsgKey* key, const Deadline& deadline);
-  // Drops queued messages of a communicator that is gone.
-  void discard(uint64_t magic);
+  // Drops queued messages addressed to one rank of a communicator that rank left.
+  // Only that rank's: other ranks of the communicator may share this process.
+  void discard(uint64_t magic, int rank);
 
   struct State;
 
