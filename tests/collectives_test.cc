@@ -166,6 +166,13 @@ std::string runAll(ncclComm_t comm, int rank, int n) {
       if (auto e = alltoallCase(comm, rank, n, type, kLargeCount / n, inPlace); !e.empty()) return e;
     }
   }
+  // Outputs of 8 MiB and more are written with streaming stores (out of place only).
+  constexpr size_t kHugeCount = (9 << 20) / 4 + 3;
+  if (auto e = reduceCase(comm, rank, n, "AllReduce", ncclFloat32, TestOp::kSum, kHugeCount, false, 0); !e.empty())
+    return e;
+  if (auto e = gatherCase(comm, rank, n, "AllGather", ncclInt32, kHugeCount / n, false, 0); !e.empty()) return e;
+  if (auto e = scatterCase(comm, rank, n, "Broadcast", ncclUint8, kHugeCount * 4 + 1, false, n - 1); !e.empty())
+    return e;
   return "";
 }
 

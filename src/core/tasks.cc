@@ -64,15 +64,22 @@ class RingTask final : public Task {
     if (s.recv && s.reduceLocal)
       device::reduce(target, in, src, s.count, a_.type, a_.op);
     else if (s.recv)
-      memcpy(target, in, bytes);
+      copyOut(target, in, bytes, target == static_cast<void*>(dst));
     else
       device::prepare(target, src, s.count, a_.type, a_.op);
     if (s.final) device::finalize(target, s.count, a_.type, a_.op);
     bool alreadyInPlace = s.readLocal && dst == src;  // in-place all-gather or broadcast root
-    if (s.send && s.writeOut && !alreadyInPlace) memcpy(dst, out, bytes);
+    if (s.send && s.writeOut && !alreadyInPlace) copyOut(dst, out, bytes, true);
     if (s.send) a_.toNext->post(bytes);
     if (s.recv) a_.fromPrev->release();
     return true;
+  }
+
+  void copyOut(void* to, const void* from, size_t bytes, bool toOutput) const {
+    if (toOutput && a_.streamOutput)
+      device::copyStreaming(to, from, bytes);
+    else
+      memcpy(to, from, bytes);
   }
 
   RingTaskArgs a_;

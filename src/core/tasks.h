@@ -35,6 +35,7 @@ struct RingTaskArgs {
   device::ReduceOp op;
   transport::RecvConnection* fromPrev;  // null with one rank
   transport::SendConnection* toNext;
+  bool streamOutput;  // the output is too large to stay cached: write it past the caches
 };
 std::unique_ptr<Task> makeRingTask(const RingTaskArgs& args);
 

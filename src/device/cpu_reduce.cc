@@ -1,5 +1,8 @@
 #include "device/cpu_reduce.h"
 
+#include <emmintrin.h>
+
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 
@@ -88,6 +91,33 @@ void prepare(void* dst, const void* src, size_t count, ncclDataType_t type, cons
 
 void reduce(void* dst, const void* acc, const void* local, size_t count, ncclDataType_t type, const ReduceOp& op) {
   withType(type, [&](auto tag) { reduceTyped<decltype(tag)>(dst, acc, local, count, op); });
+}
+
+void copyStreaming(void* dst, const void* src, size_t bytes) {
+  auto* d = static_cast<char*>(dst);
+  const auto* s = static_cast<const char*>(src);
+  size_t head = (16 - reinterpret_cast<uintptr_t>(d) % 16) % 16;
+  if (bytes < 4096 || head > bytes) {
+    memcpy(d, s, bytes);
+    return;
+  }
+  memcpy(d, s, head);
+  d += head;
+  s += head;
+  bytes -= head;
+  size_t blocks = bytes / 64;
+  for (size_t i = 0; i < blocks; ++i, d += 64, s += 64) {
+    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16));
+    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 32));
+    __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + 48), e);
+  }
+  memcpy(d, s, bytes % 64);
+  _mm_sfence();  // streaming stores are weakly ordered: complete them before anyone looks
 }
 
 void finalize(void* dst, size_t count, ncclDataType_t type, const ReduceOp& op) {

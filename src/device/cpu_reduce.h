@@ -25,6 +25,10 @@ struct ReduceOp {
 void prepare(void* dst, const void* src, size_t count, ncclDataType_t type, const ReduceOp& op);
 // dst[i] = acc[i] OP prepare(local[i]). dst may equal acc or local.
 void reduce(void* dst, const void* acc, const void* local, size_t count, ncclDataType_t type, const ReduceOp& op);
+// memcpy that bypasses the caches (non-temporal stores) where dst allows it: for
+// outputs too large to stay cached, it saves reading each line before writing it.
+void copyStreaming(void* dst, const void* src, size_t bytes);
+
 // dst[i] = dst[i] / postDivide, when the op asks for it.
 void finalize(void* dst, size_t count, ncclDataType_t type, const ReduceOp& op);
 

@@ -1,7 +1,9 @@
 // Conversions and reductions of the CPU device layer against hand-checked values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "device/cpu_reduce.h"
@@ -115,6 +117,22 @@ TEST(Reduce, InPlaceLongVectors) {
   std::vector<float> a(100003, 1.5f), b(100003, 2.0f);
   reduce(a.data(), a.data(), b.data(), a.size(), ncclFloat32, sum);
   for (float v : a) ASSERT_EQ(v, 3.5f);
+}
+
+TEST(Copy, StreamingCopyAnyAlignmentAndLength) {
+  std::vector<unsigned char> src(70000), dst(70016);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 7 + 3);
+  for (size_t offset : {0, 1, 8, 15}) {
+    for (size_t len : {size_t{0}, size_t{100}, size_t{4096}, size_t{65537}, size_t{69999}}) {
+      std::fill(dst.begin(), dst.end(), 0xee);
+      copyStreaming(dst.data() + offset, src.data(), len);
+      ASSERT_EQ(memcmp(dst.data() + offset, src.data(), len), 0) << offset << " " << len;
+      ASSERT_EQ(dst[offset + len], 0xee) << "wrote past the end";
+      if (offset) {
+        ASSERT_EQ(dst[offset - 1], 0xee) << "wrote before the start";
+      }
+    }
+  }
 }
 
 TEST(Dtypes, SizesAndNames) {
