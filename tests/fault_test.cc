@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -80,6 +81,15 @@ TEST(Fault, KilledRankMakesOthersFailFast) {
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
   unsetenv("STRATA_TIMEOUT");
+
+  // The killed rank could not clean up its shared memory; the next communicator created
+  // on this host removes what dead processes left behind.
+  ncclComm_t comm;
+  ASSERT_EQ(ncclCommInitAll(&comm, 1, nullptr), ncclSuccess);
+  ncclCommDestroy(comm);
+  std::string prefix = "strata-" + std::to_string(pids[kVictim]) + "-";
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
+    EXPECT_NE(entry.path().filename().string().rfind(prefix, 0), 0u) << entry.path() << " left behind";
 }
 
 }  // namespace
