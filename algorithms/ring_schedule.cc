@@ -53,7 +53,6 @@ RingStep RingSchedule::step(size_t i) const {
     s.readLocal = s.writeOut = s.final = true;
     s.srcOffset = s.dstOffset = p_.begin;
     s.count = p_.length;
-    if (p_.coll == Collective::kReduceScatter) s.srcOffset = p_.begin;  // rank 0's segment starts at 0
     return s;
   }
   size_t loop = i / stepsPerLoop_;

@@ -182,14 +182,11 @@ STRATA_API ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, nccl
       h->nranks = static_cast<int>(members.size());
       return core::Communicator::fromParent(magic, me, std::move(addrs), opts);
     };
-    if (!h) {
-      core::Communicator* p = &parent;
-      auto optOut = [job, p] { (void)p; job(); };
-      if (core::group::active()) {
-        core::group::deferInit(comm, optOut);
-        return ncclSuccess;
-      }
-      optOut();
+    if (!h) {  // NCCL_SPLIT_NOCOLOR: take part in the exchange, get no communicator
+      if (core::group::active())
+        core::group::deferInit(comm, [job] { job(); });
+      else
+        job();
       return ncclSuccess;
     }
     ncclResult_t r = launchInit(h, job);
