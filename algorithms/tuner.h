@@ -21,11 +21,19 @@ struct TuneRequest {
   size_t bytes = 0;  // nccl-tests' "size": the larger of one rank's input and output
   int nranks = 1;
   LinkModel link;
+  bool sharedMemory = false;  // every rank maps every other rank's memory: LL is possible
 };
+
+// Protocols: "Simple" moves whole slots through staging with a head/tail
+// handshake; "LL" stores 4-byte data words tagged with a flag straight into
+// the peer's memory (half the bandwidth, a fraction of the latency).
+enum class Protocol { kSimple, kLL };
+const char* protocolName(Protocol p);
 
 struct Choice {
   const char* algorithm = "";
   const char* protocol = "";
+  Protocol proto = Protocol::kSimple;
   double estimatedUs = 0;
 };
 
@@ -33,14 +41,17 @@ struct Choice {
 struct AlgorithmInfo {
   const char* name;
   std::vector<Collective> collectives;
-  double (*costUs)(const TuneRequest&);
+  std::vector<Protocol> protocols;
+  double (*costUs)(const TuneRequest&, Protocol);
 };
 
 // Every algorithm this build has.
 const std::vector<AlgorithmInfo>& algorithmRegistry();
 
-// True when `name` survives an NCCL_ALGO / NCCL_PROTO list ("Ring,Tree", "^Tree"; case-insensitive).
-bool listAllows(const std::string& spec, const std::string& name);
+// True when `name` survives an NCCL_ALGO / NCCL_PROTO list for the function
+// `func` (NCCL's syntax, case-insensitive: "Ring,Tree", "^Tree", and entries
+// scoped to one function after ';': "ring;allreduce:oneshot,ring").
+bool listAllows(const std::string& spec, const std::string& name, const std::string& func = "");
 
 // The cheapest allowed algorithm and protocol; throws ncclInvalidUsage naming
 // the variables when the lists exclude every candidate.

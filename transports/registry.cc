@@ -1,5 +1,6 @@
 #include "base/config.h"
 #include "base/error.h"
+#include "transports/common/fifo.h"
 #include "transports/loopback/loopback_transport.h"
 #include "transports/shm/shm_transport.h"
 
@@ -15,6 +16,25 @@ const std::vector<Transport*>& transports() {
     return l;
   }();
   return list;
+}
+
+SharedRegion Transport::createRegion(const ConnectRequest&, size_t, std::string*) {
+  fail(ncclInternalError, "transport %s cannot share memory regions", name());
+}
+
+SharedRegion Transport::attachRegion(const ConnectRequest&, const std::string&) {
+  fail(ncclInternalError, "transport %s cannot share memory regions", name());
+}
+
+std::unique_ptr<RecvConnection> MemoryTransport::listen(const ConnectRequest& req, std::string* handle) {
+  SharedRegion r = createRegion(req, fifoBytes(req.slotBytes, req.slots), handle);
+  fifoInit(r.data, req.slotBytes, req.slots);
+  return makeFifoReceiver(r.data, r.keepAlive, r.peerBell);
+}
+
+std::unique_ptr<SendConnection> MemoryTransport::connect(const ConnectRequest& req, const std::string& handle) {
+  SharedRegion r = attachRegion(req, handle);
+  return makeFifoSender(r.data, r.keepAlive, r.peerBell);
 }
 
 Transport& selectTransport(const PeerInfo& self, const PeerInfo& peer) {

@@ -50,6 +50,15 @@ struct ConnectRequest {
   int slots = 0;
 };
 
+// Memory the receiver owns and the sender maps, for protocols that store data
+// straight into it (the LL protocol's flag-tagged words). Zero-filled.
+struct SharedRegion {
+  void* data = nullptr;
+  size_t bytes = 0;
+  std::shared_ptr<void> keepAlive;    // the heap block or mapped segment
+  std::shared_ptr<Doorbell> peerBell;  // rung after storing into (or reading from) the region
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -60,6 +69,21 @@ class Transport {
   virtual std::unique_ptr<RecvConnection> listen(const ConnectRequest& req, std::string* handle) = 0;
   // Sender side, given the receiver's handle.
   virtual std::unique_ptr<SendConnection> connect(const ConnectRequest& req, const std::string& handle) = 0;
+  // True when both ends reach the staging memory directly (loopback, shm); only
+  // then do createRegion / attachRegion work.
+  virtual bool sharesMemory() const { return false; }
+  // Receiver side: a new region of `bytes`; `handle` is sent to the sender.
+  virtual SharedRegion createRegion(const ConnectRequest& req, size_t bytes, std::string* handle);
+  // Sender side, given the receiver's handle.
+  virtual SharedRegion attachRegion(const ConnectRequest& req, const std::string& handle);
+};
+
+// A transport whose connections are FIFOs in shared regions.
+class MemoryTransport : public Transport {
+ public:
+  bool sharesMemory() const override { return true; }
+  std::unique_ptr<RecvConnection> listen(const ConnectRequest& req, std::string* handle) override;
+  std::unique_ptr<SendConnection> connect(const ConnectRequest& req, const std::string& handle) override;
 };
 
 // Transports in priority order, minus those the configuration disables.

@@ -37,21 +37,22 @@ std::shared_ptr<Doorbell> Doorbell::attach(const std::string& name) {
 
 void Doorbell::ring() {
   Word* w = word();
-  w->seq.fetch_add(1, std::memory_order_acq_rel);
-  // The sleeper increments `sleepers` before re-checking seq, so either it sees
-  // our increment or we see it sleeping (both are seq_cst operations).
-  if (w->sleepers.load(std::memory_order_seq_cst) != 0)
-    syscall(SYS_futex, &w->seq, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (w->sleepers.load(std::memory_order_seq_cst) == 0) return;
+  w->seq.fetch_add(1, std::memory_order_seq_cst);
+  syscall(SYS_futex, &w->seq, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
 
-void Doorbell::wait(uint32_t seen, int timeoutUs) {
-  Word* w = word();
-  w->sleepers.fetch_add(1, std::memory_order_seq_cst);
-  if (w->seq.load(std::memory_order_seq_cst) == seen) {
-    timespec ts{timeoutUs / 1000000, (timeoutUs % 1000000) * 1000L};
-    syscall(SYS_futex, &w->seq, FUTEX_WAIT, seen, &ts, nullptr, 0);
-  }
-  w->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+Doorbell::Sleep::Sleep(Doorbell& bell) : bell_(bell) {
+  bell_.word()->sleepers.fetch_add(1, std::memory_order_seq_cst);
+  seen_ = bell_.word()->seq.load(std::memory_order_seq_cst);
+}
+
+Doorbell::Sleep::~Sleep() { bell_.word()->sleepers.fetch_sub(1, std::memory_order_seq_cst); }
+
+void Doorbell::Sleep::wait(int timeoutUs) {
+  timespec ts{timeoutUs / 1000000, (timeoutUs % 1000000) * 1000L};
+  syscall(SYS_futex, &bell_.word()->seq, FUTEX_WAIT, seen_, &ts, nullptr, 0);
 }
 
 }  // namespace strata

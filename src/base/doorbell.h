@@ -19,12 +19,25 @@ class Doorbell {
   static std::shared_ptr<Doorbell> attach(const std::string& name);
 
   const std::string& name() const { return segment_.name(); }
-  // The current count; pass it to wait() after finding nothing to do.
-  uint32_t read() const { return word()->seq.load(std::memory_order_acquire); }
-  // Bumps the count and wakes sleepers.
+  // Wakes the doorbell's sleepers, if any, after the caller published its work.
+  // Costs a fence and a load when nobody sleeps.
   void ring();
-  // Sleeps until the count differs from `seen` or timeoutUs passes.
-  void wait(uint32_t seen, int timeoutUs);
+
+  // How a rank sleeps: announce, look for work once more, then sleep. Whoever
+  // publishes work before the announcement is seen by that last look; whoever
+  // publishes after it sees the sleeper and rings (a Dekker pair of seq_cst
+  // operations), so no wake-up is lost.
+  class Sleep {
+   public:
+    explicit Sleep(Doorbell& bell);
+    ~Sleep();
+    // Sleeps until a ring or timeoutUs; call only after the last look found nothing.
+    void wait(int timeoutUs);
+
+   private:
+    Doorbell& bell_;
+    uint32_t seen_;
+  };
 
  private:
   struct Word {

@@ -13,7 +13,13 @@
 namespace strata::core {
 namespace {
 
-constexpr uint64_t kP2pConnection = 1ull << 32;  // connection id of the one p2p link per ordered pair
+constexpr uint64_t kP2pConnection = 1ull << 32;   // connection id of the one p2p link per ordered pair
+constexpr uint64_t kMeshConnection = 2ull << 32;  // and of the one-shot mesh link
+// The mesh carries small messages only: a few small slots keep n-1 of them cheap.
+constexpr size_t kMeshSlotBytes = 64 << 10;
+constexpr int kMeshSlots = 4;
+constexpr uint64_t kLlRegion = 3ull << 32;  // connection id of the LL region
+constexpr size_t kLlRegionBytes = 2 * kLlWordsPerSlot * sizeof(uint64_t);
 
 void copyString(char* dst, size_t cap, const std::string& s) {
   size_t n = std::min(cap - 1, s.size());
@@ -89,6 +95,9 @@ void Communicator::setup(std::vector<PeerInfo> peers, std::unique_ptr<Bootstrap>
   int localRanks = 0;
   for (const PeerInfo& p : peers_) localRanks += p.sameHost(peers_[rank_]) ? 1 : 0;
   oversubscribed_ = localRanks > sysconf(_SC_NPROCESSORS_ONLN);
+  sharedMemory_ = localRanks == nranks();
+  for (const PeerInfo& p : peers_)
+    sharedMemory_ = sharedMemory_ && transport::selectTransport(peers_[rank_], p).sharesMemory();
   connectRing();
   bootstrap_->barrier();  // every rank's connections are up before anyone returns
   STRATA_INFO(kSubsysInit, rank_, "comm %s commId 0x%016llx rank %d nranks %d pid %d - %d channel(s) of %d x %zu B slots%s%s",
@@ -109,7 +118,7 @@ void Communicator::connectRing() {
   }
   std::vector<std::unique_ptr<transport::RecvConnection>> recvs;
   std::vector<std::unique_ptr<transport::SendConnection>> sends;
-  connect(recvFrom, sendTo, &recvs, &sends);
+  connect(recvFrom, sendTo, &recvs, &sends, slotBytes_, slots_);
   for (int c = 0; c < numChannels(); ++c) {
     channels_[c].fromPrev = std::move(recvs[c]);
     channels_[c].toNext = std::move(sends[c]);
@@ -119,11 +128,12 @@ void Communicator::connectRing() {
 void Communicator::connect(const std::vector<std::pair<int, uint64_t>>& recvFrom,
                            const std::vector<std::pair<int, uint64_t>>& sendTo,
                            std::vector<std::unique_ptr<transport::RecvConnection>>* recvs,
-                           std::vector<std::unique_ptr<transport::SendConnection>>* sends) {
+                           std::vector<std::unique_ptr<transport::SendConnection>>* sends, size_t slotBytes,
+                           int slots) {
   const PeerInfo& self = peers_[rank_];
   for (auto [peer, id] : recvFrom) {
     transport::Transport& t = transport::selectTransport(self, peers_[peer]);
-    transport::ConnectRequest req{&self, &peers_[peer], slotBytes_, slots_};
+    transport::ConnectRequest req{&self, &peers_[peer], slotBytes, slots};
     std::string handle;
     recvs->push_back(t.listen(req, &handle));
     bootstrap_->send(peer, MsgKind::kConnect, id, std::string(t.name()) + '\0' + handle);
@@ -142,7 +152,7 @@ void Communicator::connect(const std::vector<std::pair<int, uint64_t>>& recvFrom
                    "rank %d: rank %d chose transport '%s', which this rank has disabled (check NCCL_SHM_DISABLE "
                    "is the same on every rank)",
                    rank_, peer, name.c_str());
-    transport::ConnectRequest req{&self, &peers_[peer], slotBytes_, slots_};
+    transport::ConnectRequest req{&self, &peers_[peer], slotBytes, slots};
     sends->push_back(chosen->connect(req, msg.substr(zero + 1)));
   }
 }
@@ -154,7 +164,7 @@ void Communicator::listenP2p(const std::set<int>& recvPeers) {
   if (recvFrom.empty()) return;
   std::vector<std::unique_ptr<transport::RecvConnection>> recvs;
   std::vector<std::unique_ptr<transport::SendConnection>> none;
-  connect(recvFrom, {}, &recvs, &none);
+  connect(recvFrom, {}, &recvs, &none, slotBytes_, slots_);
   for (size_t i = 0; i < recvFrom.size(); ++i) p2pRecv_[recvFrom[i].first] = std::move(recvs[i]);
   STRATA_INFO(kSubsysP2p, rank_, "p2p: receiving from %zu new peer(s)", recvFrom.size());
 }
@@ -166,9 +176,73 @@ void Communicator::connectP2p(const std::set<int>& sendPeers) {
   if (sendTo.empty()) return;
   std::vector<std::unique_ptr<transport::RecvConnection>> none;
   std::vector<std::unique_ptr<transport::SendConnection>> sends;
-  connect({}, sendTo, &none, &sends);
+  connect({}, sendTo, &none, &sends, slotBytes_, slots_);
   for (size_t i = 0; i < sendTo.size(); ++i) p2pSend_[sendTo[i].first] = std::move(sends[i]);
   STRATA_INFO(kSubsysP2p, rank_, "p2p: sending to %zu new peer(s)", sendTo.size());
+}
+
+void Communicator::listenMesh() {
+  if (!meshRecv_.empty()) return;
+  std::vector<std::pair<int, uint64_t>> recvFrom;
+  for (int p = 0; p < nranks(); ++p)
+    if (p != rank_) recvFrom.push_back({p, kMeshConnection});
+  std::vector<std::unique_ptr<transport::RecvConnection>> recvs;
+  std::vector<std::unique_ptr<transport::SendConnection>> none;
+  connect(recvFrom, {}, &recvs, &none, kMeshSlotBytes, kMeshSlots);
+  meshRecv_.resize(nranks());
+  for (size_t i = 0; i < recvFrom.size(); ++i) meshRecv_[recvFrom[i].first] = std::move(recvs[i]);
+  for (const auto& c : meshRecv_) meshRecvPtrs_.push_back(c.get());
+  if (!sharedMemory_) return;
+  ll_.in.assign(nranks(), nullptr);
+  for (int p = 0; p < nranks(); ++p) {
+    if (p == rank_) continue;
+    transport::ConnectRequest req{&peers_[rank_], &peers_[p], 0, 0};
+    std::string handle;
+    llRegions_.push_back(transport::selectTransport(peers_[rank_], peers_[p]).createRegion(req, kLlRegionBytes, &handle));
+    ll_.in[p] = static_cast<const uint64_t*>(llRegions_.back().data);
+    bootstrap_->send(p, MsgKind::kConnect, kLlRegion, handle);
+  }
+}
+
+void Communicator::connectMesh() {
+  if (!meshSend_.empty()) return;
+  std::vector<std::pair<int, uint64_t>> sendTo;
+  for (int p = 0; p < nranks(); ++p)
+    if (p != rank_) sendTo.push_back({p, kMeshConnection});
+  std::vector<std::unique_ptr<transport::RecvConnection>> none;
+  std::vector<std::unique_ptr<transport::SendConnection>> sends;
+  connect({}, sendTo, &none, &sends, kMeshSlotBytes, kMeshSlots);
+  meshSend_.resize(nranks());
+  for (size_t i = 0; i < sendTo.size(); ++i) meshSend_[sendTo[i].first] = std::move(sends[i]);
+  for (const auto& c : meshSend_) meshSendPtrs_.push_back(c.get());
+  meshScratch_.resize(kMeshSlotBytes);
+  if (sharedMemory_) {
+    ll_.out.assign(nranks(), nullptr);
+    ll_.outBells.assign(nranks(), nullptr);
+    ll_.staging.assign(nranks() * kLlWordsPerSlot * 4, 0);
+    for (int p = 0; p < nranks(); ++p) {
+      if (p == rank_) continue;
+      transport::ConnectRequest req{&peers_[rank_], &peers_[p], 0, 0};
+      std::string handle = bootstrap_->recv(p, MsgKind::kConnect, kLlRegion);
+      llRegions_.push_back(transport::selectTransport(peers_[rank_], peers_[p]).attachRegion(req, handle));
+      ll_.out[p] = static_cast<uint64_t*>(llRegions_.back().data);
+      ll_.outBells[p] = llRegions_.back().peerBell.get();
+    }
+  }
+  STRATA_INFO(kSubsysInit, rank_, "one-shot mesh: connected to %d peer(s), %d x %zu B slots each", nranks() - 1,
+              kMeshSlots, kMeshSlotBytes);
+}
+
+algorithms::Choice Communicator::choose(algorithms::Collective coll, size_t bytes) {
+  const Config& cfg = config();
+  CachedChoice& c = choices_[(bytes * 31 + static_cast<size_t>(coll)) % choices_.size()];
+  if (c.config != &cfg || c.coll != coll || c.bytes != bytes) {
+    c.choice = algorithms::choose(tuneRequest(coll, bytes), cfg.algo, cfg.proto);  // throws before caching
+    c.config = &cfg;
+    c.coll = coll;
+    c.bytes = bytes;
+  }
+  return c.choice;
 }
 
 algorithms::LinkModel Communicator::linkModel() const {
@@ -185,6 +259,10 @@ void Communicator::abortConnections() {
   }
   for (auto& [peer, c] : p2pSend_) c->abort();
   for (auto& [peer, c] : p2pRecv_) c->abort();
+  for (auto& c : meshSend_)
+    if (c) c->abort();
+  for (auto& c : meshRecv_)
+    if (c) c->abort();
 }
 
 Communicator::~Communicator() {

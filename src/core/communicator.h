@@ -2,6 +2,7 @@
 // point-to-point connections, its doorbell, its reduction ops and its state.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -14,6 +15,7 @@
 #include "base/doorbell.h"
 #include "base/peer_info.h"
 #include "core/bootstrap.h"
+#include "core/tasks.h"
 #include "device/cpu_reduce.h"
 #include "transports/transport.h"
 
@@ -57,6 +59,13 @@ class Communicator {
   int numChannels() const { return static_cast<int>(channels_.size()); }
   Channel& channel(int c) { return channels_[c]; }
   algorithms::LinkModel linkModel() const;
+  // The tuner's choice for one operation, remembered for the last few sizes
+  // (the configuration, hence NCCL_ALGO / NCCL_PROTO, is part of the key).
+  algorithms::Choice choose(algorithms::Collective coll, size_t bytes);
+  // What the tuner needs to know about this communicator for one operation.
+  algorithms::TuneRequest tuneRequest(algorithms::Collective coll, size_t bytes) const {
+    return {coll, bytes, nranks(), linkModel(), sharedMemory_};
+  }
   // True when this host runs more ranks of the communicator than it has cores.
   bool oversubscribed() const { return oversubscribed_; }
 
@@ -68,6 +77,18 @@ class Communicator {
   void connectP2p(const std::set<int>& sendPeers);
   transport::SendConnection& p2pSend(int peer) { return *p2pSend_.at(peer); }
   transport::RecvConnection& p2pRecv(int peer) { return *p2pRecv_.at(peer); }
+
+  // The all-to-all mesh of small connections under the one-shot algorithm,
+  // opened by every rank at its first one-shot operation, in the same two phases.
+  void listenMesh();
+  void connectMesh();
+  const std::vector<transport::SendConnection*>& meshSends() const { return meshSendPtrs_; }
+  const std::vector<transport::RecvConnection*>& meshRecvs() const { return meshRecvPtrs_; }
+  char* meshScratch() { return meshScratch_.data(); }
+  // True when every rank maps every other rank's memory (one host): the LL protocol works.
+  bool sharedMemory() const { return sharedMemory_; }
+  LlMesh& llMesh() { return ll_; }
+  size_t meshSlotBytes() const { return meshScratch_.size(); }
 
   // Reduction ops made by ncclRedOpCreatePreMulSum.
   ncclRedOp_t createPreMulSum(const void* scalar, ncclDataType_t type, ncclScalarResidence_t residence);
@@ -96,7 +117,7 @@ class Communicator {
   // Receivers publish handles first, then senders collect theirs: never deadlocks.
   void connect(const std::vector<std::pair<int, uint64_t>>& recvFrom, const std::vector<std::pair<int, uint64_t>>& sendTo,
                std::vector<std::unique_ptr<transport::RecvConnection>>* recvs,
-               std::vector<std::unique_ptr<transport::SendConnection>>* sends);
+               std::vector<std::unique_ptr<transport::SendConnection>>* sends, size_t slotBytes, int slots);
 
   struct UserOp {
     ncclDataType_t type;
@@ -116,6 +137,21 @@ class Communicator {
   std::vector<Channel> channels_;
   std::map<int, std::unique_ptr<transport::SendConnection>> p2pSend_;
   std::map<int, std::unique_ptr<transport::RecvConnection>> p2pRecv_;
+  std::vector<std::unique_ptr<transport::SendConnection>> meshSend_;  // by rank; null for this rank
+  std::vector<std::unique_ptr<transport::RecvConnection>> meshRecv_;
+  std::vector<transport::SendConnection*> meshSendPtrs_;
+  std::vector<transport::RecvConnection*> meshRecvPtrs_;
+  std::vector<char> meshScratch_;
+  bool sharedMemory_ = false;
+  struct CachedChoice {
+    const void* config = nullptr;
+    algorithms::Collective coll;
+    size_t bytes = 0;
+    algorithms::Choice choice;
+  };
+  std::array<CachedChoice, 16> choices_;
+  LlMesh ll_;
+  std::vector<transport::SharedRegion> llRegions_;  // keeps both ends' regions mapped
   mutable std::mutex opsMutex_;
   std::vector<UserOp> userOps_;
   std::atomic<ncclResult_t> asyncError_{ncclSuccess};

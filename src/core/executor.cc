@@ -20,7 +20,7 @@ constexpr size_t kBytesPerChannel = 512 << 10;  // below this, extra channels on
 // machines), so they are written with streaming stores; not in place, where the output
 // lines were just read and are still cached.
 constexpr size_t kStreamingBytes = 8 << 20;
-enum LaneKind { kRingLane = 0, kSendLane = 1, kRecvLane = 2 };
+enum LaneKind { kRingLane = 0, kSendLane = 1, kRecvLane = 2, kMeshLane = 3 };
 
 bool reducing(algorithms::Collective c) {
   return c == algorithms::Collective::kAllReduce || c == algorithms::Collective::kReduceScatter ||
@@ -34,6 +34,15 @@ bool overlaps(const void* a, const void* b, size_t bytes) {
 
 inline void cpuRelax() { __builtin_ia32_pause(); }
 
+// The tuner's choice for this operation; throws when NCCL_ALGO / NCCL_PROTO exclude every candidate.
+algorithms::Choice tune(Communicator& comm, const OpDesc& op) {
+  size_t bytes = opBytes(op, comm.nranks());
+  algorithms::Choice c = comm.choose(op.coll, bytes);
+  STRATA_INFO(kSubsysTuning, comm.rank(), "%s: %zu bytes on %d ranks -> %s/%s, estimated %.1f us", op.fn, bytes,
+              comm.nranks(), c.algorithm, c.protocol, c.estimatedUs);
+  return c;
+}
+
 }  // namespace
 
 void Executor::add(Communicator& comm, const OpDesc& op) {
@@ -45,23 +54,19 @@ void Executor::add(Communicator& comm, const OpDesc& op) {
     case OpKind::kRecv: return addRecv(comm, op, static_cast<char*>(op.recvbuff), bytes, op.root);
     case OpKind::kCollective:
       if (op.coll >= algorithms::Collective::kAllToAll) return addPairwise(comm, op);
+      if (algorithms::Choice c = tune(comm, op); strcmp(c.algorithm, "OneShot") == 0)
+        return addOneShot(comm, op, c.proto == algorithms::Protocol::kLL);
       return addRing(comm, op);
   }
 }
 
-// The tuner's choice for this operation; throws when NCCL_ALGO / NCCL_PROTO exclude every candidate.
-static void tune(const Communicator& comm, const OpDesc& op) {
-  const Config& cfg = config();
-  bool logging = logEnabled(LogLevel::kInfo, kSubsysTuning);
-  if (cfg.algo.empty() && cfg.proto.empty() && !logging) return;  // one candidate: nothing to decide
-  algorithms::TuneRequest req{op.coll, opBytes(op, comm.nranks()), comm.nranks(), comm.linkModel()};
-  algorithms::Choice c = algorithms::choose(req, cfg.algo, cfg.proto);
-  STRATA_INFO(kSubsysTuning, comm.rank(), "%s: %zu bytes on %d ranks -> %s/%s, estimated %.1f us", op.fn, req.bytes,
-              req.nranks, c.algorithm, c.protocol, c.estimatedUs);
+void Executor::addOneShot(Communicator& comm, const OpDesc& op, bool ll) {
+  OneShotArgs args{op.fn, comm.rank(), static_cast<const char*>(op.sendbuff), static_cast<char*>(op.recvbuff),
+                   op.count, op.type, comm.resolveOp(op.op, op.type, op.fn), nullptr, nullptr, nullptr, 0};
+  pendingOneShot_.push_back({&comm, args, ll});
 }
 
 void Executor::addRing(Communicator& comm, const OpDesc& op) {
-  tune(comm, op);
   int n = comm.nranks();
   size_t esize = device::dtypeSize(op.type);
   bool segmented = op.coll == algorithms::Collective::kAllGather || op.coll == algorithms::Collective::kReduceScatter;
@@ -153,19 +158,19 @@ void Executor::addRecv(Communicator& comm, const OpDesc& op, char* buf, size_t b
 // A rank's sends to itself meet its receives from itself in call order.
 void Executor::matchSelfCopies() {
   for (auto& [comm, w] : work_) {
-    while (!w.selfSends.empty() && !w.selfRecvs.empty()) {
-      SelfCopy s = w.selfSends.front(), r = w.selfRecvs.front();
-      w.selfSends.pop_front();
-      w.selfRecvs.pop_front();
+    size_t pairs = std::min(w.selfSends.size(), w.selfRecvs.size());
+    for (size_t i = 0; i < pairs; ++i) {
+      const SelfCopy &s = w.selfSends[i], &r = w.selfRecvs[i];
       STRATA_REQUIRE(s.bytes == r.bytes, ncclInvalidUsage,
                      "%s: rank %d sends %zu bytes to itself but its matching receive expects %zu", s.fn,
                      comm->rank(), s.bytes, r.bytes);
       if (s.ptr != r.ptr) memmove(r.ptr, s.ptr, s.bytes);
     }
-    STRATA_REQUIRE(w.selfSends.empty() && w.selfRecvs.empty(), ncclInvalidUsage,
+    bool extraRecv = w.selfRecvs.size() > pairs;
+    STRATA_REQUIRE(w.selfSends.size() == w.selfRecvs.size(), ncclInvalidUsage,
                    "%s: rank %d has a %s to itself with no matching %s in the same group",
-                   (w.selfSends.empty() ? w.selfRecvs : w.selfSends).front().fn, comm->rank(),
-                   w.selfSends.empty() ? "ncclRecv" : "ncclSend", w.selfSends.empty() ? "ncclSend" : "ncclRecv");
+                   (extraRecv ? w.selfRecvs : w.selfSends)[pairs].fn, comm->rank(),
+                   extraRecv ? "ncclRecv" : "ncclSend", extraRecv ? "ncclSend" : "ncclRecv");
   }
 }
 
@@ -173,8 +178,27 @@ void Executor::run() {
   if (work_.empty()) return;
   try {
     matchSelfCopies();
+    std::vector<Communicator*> meshUsers;
+    for (PendingOneShot& p : pendingOneShot_)
+      if (std::find(meshUsers.begin(), meshUsers.end(), p.comm) == meshUsers.end()) meshUsers.push_back(p.comm);
     for (auto& [comm, w] : work_) comm->listenP2p(w.recvPeers);
+    for (Communicator* comm : meshUsers) comm->listenMesh();
     for (auto& [comm, w] : work_) comm->connectP2p(w.sendPeers);
+    for (Communicator* comm : meshUsers) comm->connectMesh();
+    for (PendingOneShot& p : pendingOneShot_) {
+      p.args.to = &p.comm->meshSends();
+      p.args.from = &p.comm->meshRecvs();
+      p.args.scratch = p.comm->meshScratch();
+      p.args.chunkBytes = p.comm->meshSlotBytes();
+      Lane& lane = lanes_[{p.comm, kMeshLane, 0}];
+      lane.comm = p.comm;
+      const OneShotArgs& a = p.args;
+      if (p.ll)
+        lane.tasks.push_back(makeLlOneShotTask(
+            {a.fn, a.rank, a.sendbuff, a.recvbuff, a.count, a.type, a.op, &p.comm->llMesh(), a.to, a.from}));
+      else
+        lane.tasks.push_back(makeOneShotTask(a));
+    }
     for (PendingP2p& p : pendingP2p_) {
       if (p.kind == kSendLane)
         p.args.send = &p.comm->p2pSend(p.args.peer);
@@ -204,25 +228,26 @@ void Executor::progressAll() {
   int idle = 0;
   double idleSince = 0, lastCheck = 0;
   for (;;) {
-    uint32_t seen = bell.read();
-    bool moved;
-    try {
-      moved = sweep();
-    } catch (const Error& e) {
-      failAll(e.code(), e.what());
-    }
-    if (allDone_) return;
-    if (moved) {
+    if (sweepOrFail()) {
       idle = 0;
       continue;
     }
+    if (allDone_) return;
     if (idle++ == 0) idleSince = lastCheck = nowSec();
     if (idle < spin) {
       cpuRelax();
     } else if (idle < spin + yieldLimit) {
       sched_yield();
     } else {
-      bell.wait(seen, multi ? 200 : 20000);
+      {
+        Doorbell::Sleep sleep(bell);
+        if (sweepOrFail()) {
+          idle = 0;
+          continue;
+        }
+        if (allDone_) return;
+        sleep.wait(multi ? 200 : 20000);
+      }
       double now = nowSec();
       if (now - lastCheck > 0.1) {
         checkHealth(now - idleSince);
@@ -232,26 +257,34 @@ void Executor::progressAll() {
   }
 }
 
+bool Executor::sweepOrFail() {
+  try {
+    return sweep();
+  } catch (const Error& e) {
+    failAll(e.code(), e.what());
+  }
+}
+
 bool Executor::sweep() {
   bool moved = false;
   allDone_ = true;
   for (auto& [key, lane] : lanes_) {
-    while (!lane.tasks.empty()) {
-      Task& t = *lane.tasks.front();
+    while (!lane.idle()) {
+      Task& t = *lane.tasks[lane.head];
       moved |= t.progress();
       if (!t.done()) break;
-      lane.tasks.pop_front();
+      ++lane.head;
     }
-    if (!lane.tasks.empty()) allDone_ = false;
+    if (!lane.idle()) allDone_ = false;
   }
   return moved;
 }
 
 void Executor::checkHealth(double idleSec) {
   for (auto& [key, lane] : lanes_) {
-    if (lane.tasks.empty()) continue;
+    if (lane.idle()) continue;
     Communicator& comm = *lane.comm;
-    const Task& t = *lane.tasks.front();
+    const Task& t = *lane.tasks[lane.head];
     int peer = t.waitingOn();
     if (comm.abortRequested())
       failAll(ncclInvalidUsage, format("%s: rank %d: the communicator was aborted (ncclCommAbort or ncclCommRevoke) "

@@ -4,7 +4,6 @@
 // drive several communicators and no order of sends and receives deadlocks.
 #pragma once
 
-#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -28,7 +27,9 @@ class Executor {
  private:
   struct Lane {
     Communicator* comm;
-    std::deque<std::unique_ptr<Task>> tasks;
+    std::vector<std::unique_ptr<Task>> tasks;  // in call order; tasks before `head` are done
+    size_t head = 0;
+    bool idle() const { return head == tasks.size(); }
   };
   struct SelfCopy {
     const char* fn;
@@ -37,16 +38,18 @@ class Executor {
   };
   struct CommWork {
     std::set<int> sendPeers, recvPeers;
-    std::deque<SelfCopy> selfSends, selfRecvs;
+    std::vector<SelfCopy> selfSends, selfRecvs;  // vectors: a deque allocates even when empty
   };
 
   void addRing(Communicator& comm, const OpDesc& op);
+  void addOneShot(Communicator& comm, const OpDesc& op, bool ll);
   void addPairwise(Communicator& comm, const OpDesc& op);
   void addSend(Communicator& comm, const OpDesc& op, const char* buf, size_t bytes, int peer);
   void addRecv(Communicator& comm, const OpDesc& op, char* buf, size_t bytes, int peer);
   void matchSelfCopies();
   void progressAll();
   bool sweep();
+  bool sweepOrFail();  // sweep(), failing every communicator on a protocol error
   void checkHealth(double idleSec);
   [[noreturn]] void failAll(ncclResult_t code, const std::string& msg);
 
@@ -59,6 +62,12 @@ class Executor {
 
   std::map<Communicator*, CommWork> work_;
   std::vector<PendingP2p> pendingP2p_;
+  struct PendingOneShot {  // becomes a task once run() has opened the mesh
+    Communicator* comm;
+    OneShotArgs args;
+    bool ll;  // over the LL protocol rather than the mesh FIFOs
+  };
+  std::vector<PendingOneShot> pendingOneShot_;
   bool allDone_ = false;
   std::vector<std::unique_ptr<char[]>> scratch_;
 };

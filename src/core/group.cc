@@ -39,11 +39,8 @@ double estimateUs(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
   double total = 0;
   for (auto& [h, op] : ops) {
     Communicator& comm = ready(h, "ncclGroupSimulateEnd");
-    algorithms::TuneRequest req;
-    req.coll = op.kind == OpKind::kCollective ? op.coll : algorithms::Collective::kSendRecv;
-    req.bytes = opBytes(op, comm.nranks());
-    req.nranks = comm.nranks();
-    req.link = comm.linkModel();
+    algorithms::TuneRequest req = comm.tuneRequest(
+        op.kind == OpKind::kCollective ? op.coll : algorithms::Collective::kSendRecv, opBytes(op, comm.nranks()));
     total += algorithms::choose(req, config().algo, config().proto).estimatedUs;
   }
   return total;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "algorithms/ring_schedule.h"
 #include "device/cpu_reduce.h"
@@ -49,5 +50,54 @@ struct P2pTaskArgs {
   transport::RecvConnection* recv;
 };
 std::unique_ptr<Task> makeP2pTask(const P2pTaskArgs& args);
+
+// One-shot all-reduce: every rank sends its (pre-multiplied) input to every peer
+// and reduces all n contributions itself, in rank order, so all ranks get the
+// same bits. One hop instead of a ring's 2(n-1): the small-message algorithm.
+struct OneShotArgs {
+  const char* fn;
+  int rank;
+  const char* sendbuff;
+  char* recvbuff;
+  size_t count;
+  ncclDataType_t type;
+  device::ReduceOp op;
+  const std::vector<transport::SendConnection*>* to;    // indexed by rank; null for this rank
+  const std::vector<transport::RecvConnection*>* from;  // indexed by rank; null for this rank
+  char* scratch;                                 // one chunk: this rank's prepared input
+  size_t chunkBytes;                             // at most the connections' slot size
+};
+std::unique_ptr<Task> makeOneShotTask(const OneShotArgs& args);
+
+}  // namespace strata::core
+
+namespace strata::core {
+
+// The LL protocol's state for one communicator: per peer, a region this rank
+// reads (written by the peer) and one it writes (in the peer's memory), each
+// two slots of 8-byte words, plus a round counter that all ranks advance together.
+constexpr size_t kLlWordsPerSlot = 1024;  // 4 KiB of data per round
+struct LlMesh {
+  std::vector<const uint64_t*> in;  // by rank; null for this rank
+  std::vector<uint64_t*> out;
+  std::vector<Doorbell*> outBells;  // the peers' doorbells
+  std::vector<char> staging;        // n x 4 KiB: every rank's contribution this round
+  uint64_t round = 0;
+};
+
+struct LlOneShotArgs {
+  const char* fn;
+  int rank;
+  const char* sendbuff;
+  char* recvbuff;
+  size_t count;
+  ncclDataType_t type;
+  device::ReduceOp op;
+  LlMesh* ll;
+  // The mesh's FIFO connections, which carry the abort flags.
+  const std::vector<transport::SendConnection*>* abortTo;
+  const std::vector<transport::RecvConnection*>* abortFrom;
+};
+std::unique_ptr<Task> makeLlOneShotTask(const LlOneShotArgs& args);
 
 }  // namespace strata::core

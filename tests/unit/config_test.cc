@@ -73,24 +73,39 @@ TEST(Tuner, ListSyntax) {
   EXPECT_TRUE(algorithms::listAllows("ring,tree", "Ring"));
   EXPECT_FALSE(algorithms::listAllows("Tree", "Ring"));
   EXPECT_FALSE(algorithms::listAllows("^Ring", "Ring"));
+  // Entries scoped to one function override the common list for it only.
+  EXPECT_TRUE(algorithms::listAllows("ring;allreduce:oneshot", "OneShot", "AllReduce"));
+  EXPECT_FALSE(algorithms::listAllows("ring;allreduce:oneshot", "Ring", "AllReduce"));
+  EXPECT_TRUE(algorithms::listAllows("ring;allreduce:oneshot", "Ring", "AllGather"));
+  EXPECT_FALSE(algorithms::listAllows("ring;allreduce:oneshot", "OneShot", "AllGather"));
+  EXPECT_TRUE(algorithms::listAllows("allreduce:^ll", "Ring", "Broadcast"));
+  EXPECT_FALSE(algorithms::listAllows("allreduce:^ll", "LL", "AllReduce"));
 }
 
-TEST(Tuner, ChoosesRingAndEstimatesGrowWithSize) {
+TEST(Tuner, OneShotForSmallRingForLargeAndEstimatesGrowWithSize) {
   algorithms::TuneRequest r;
   r.nranks = 4;
-  r.bytes = 1 << 10;
-  auto small = algorithms::choose(r, "", "");
+  r.bytes = 64;
+  auto tiny = algorithms::choose(r, "", "");
+  EXPECT_STREQ(tiny.algorithm, "OneShot");
+  EXPECT_STREQ(tiny.protocol, "Simple");  // LL needs shared memory
+  r.sharedMemory = true;
+  tiny = algorithms::choose(r, "", "");
+  EXPECT_STREQ(tiny.protocol, "LL");
+  EXPECT_STREQ(algorithms::choose(r, "", "^LL").protocol, "Simple");
+  EXPECT_STREQ(algorithms::choose(r, "Ring", "").algorithm, "Ring");
   r.bytes = 1 << 26;
   auto large = algorithms::choose(r, "", "");
-  EXPECT_STREQ(small.algorithm, "Ring");
-  EXPECT_STREQ(small.protocol, "Simple");
-  EXPECT_LT(small.estimatedUs, large.estimatedUs);
+  EXPECT_STREQ(large.algorithm, "Ring");
+  EXPECT_STREQ(large.protocol, "Simple");
+  EXPECT_LT(tiny.estimatedUs, large.estimatedUs);
 }
 
 TEST(Tuner, ExcludingEverythingIsAnError) {
   algorithms::TuneRequest r;
   EXPECT_THROW(algorithms::choose(r, "Tree", ""), Error);
-  EXPECT_THROW(algorithms::choose(r, "", "LL"), Error);
+  EXPECT_THROW(algorithms::choose(r, "", "LL"), Error);  // no shared memory in the request
+  EXPECT_THROW(algorithms::choose(r, "Ring", "LL"), Error);
   r.coll = algorithms::Collective::kAllToAll;  // pairwise is not subject to NCCL_ALGO
   EXPECT_NO_THROW(algorithms::choose(r, "Tree", ""));
 }

@@ -6,17 +6,16 @@
 #include <mutex>
 
 #include "base/error.h"
-#include "transports/common/fifo.h"
 
 namespace strata::transport::loopback {
 namespace {
 
-// FIFOs created by listen() and not yet picked up by connect(), by token.
+// Regions created by createRegion() and not yet picked up by attachRegion(), by token.
 std::mutex gMutex;
 std::map<uint64_t, std::shared_ptr<void>> gPending;
 uint64_t gNextToken = 1;
 
-std::shared_ptr<void> allocateFifo(size_t bytes) {
+std::shared_ptr<void> allocateRegion(size_t bytes) {
   void* mem = aligned_alloc(4096, (bytes + 4095) & ~size_t{4095});
   if (!mem) fail(ncclSystemError, "out of host memory allocating %zu bytes of loopback staging", bytes);
   memset(mem, 0, bytes);  // touch every page now rather than on the data path
@@ -25,9 +24,8 @@ std::shared_ptr<void> allocateFifo(size_t bytes) {
 
 }  // namespace
 
-std::unique_ptr<RecvConnection> LoopbackTransport::listen(const ConnectRequest& req, std::string* handle) {
-  auto mem = allocateFifo(fifoBytes(req.slotBytes, req.slots));
-  fifoInit(mem.get(), req.slotBytes, req.slots);
+SharedRegion LoopbackTransport::createRegion(const ConnectRequest& req, size_t bytes, std::string* handle) {
+  auto mem = allocateRegion(bytes);
   uint64_t token;
   {
     std::lock_guard<std::mutex> lock(gMutex);
@@ -35,10 +33,10 @@ std::unique_ptr<RecvConnection> LoopbackTransport::listen(const ConnectRequest& 
     gPending[token] = mem;
   }
   *handle = std::to_string(token);
-  return makeFifoReceiver(mem.get(), mem, Doorbell::attach(req.peer->bellName));
+  return SharedRegion{mem.get(), bytes, mem, Doorbell::attach(req.peer->bellName)};
 }
 
-std::unique_ptr<SendConnection> LoopbackTransport::connect(const ConnectRequest& req, const std::string& handle) {
+SharedRegion LoopbackTransport::attachRegion(const ConnectRequest& req, const std::string& handle) {
   std::shared_ptr<void> mem;
   {
     std::lock_guard<std::mutex> lock(gMutex);
@@ -48,7 +46,7 @@ std::unique_ptr<SendConnection> LoopbackTransport::connect(const ConnectRequest&
     mem = std::move(it->second);
     gPending.erase(it);
   }
-  return makeFifoSender(mem.get(), mem, Doorbell::attach(req.peer->bellName));
+  return SharedRegion{mem.get(), 0, mem, Doorbell::attach(req.peer->bellName)};
 }
 
 }  // namespace strata::transport::loopback

@@ -5,12 +5,12 @@
 
 namespace strata::transport::loopback {
 
-class LoopbackTransport final : public Transport {
+class LoopbackTransport final : public MemoryTransport {
  public:
   const char* name() const override { return "loopback"; }
   bool canConnect(const PeerInfo& self, const PeerInfo& peer) const override { return self.sameProcess(peer); }
-  std::unique_ptr<RecvConnection> listen(const ConnectRequest& req, std::string* handle) override;
-  std::unique_ptr<SendConnection> connect(const ConnectRequest& req, const std::string& handle) override;
+  SharedRegion createRegion(const ConnectRequest& req, size_t bytes, std::string* handle) override;
+  SharedRegion attachRegion(const ConnectRequest& req, const std::string& handle) override;
 };
 
 }  // namespace strata::transport::loopback
