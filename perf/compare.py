@@ -60,6 +60,32 @@ def bound(coll, n, cores, copy, add):
     return float("nan")
 
 
+def parse_size(text):
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(text[:-1]) * scale[text[-1].upper()] if text[-1].upper() in scale else int(text)
+
+
+SMALL = 1 << 20  # below this, a run of 10 iterations is too short to time
+
+
+def sweeps(args):
+    """Splits -b..-e (same grid) into a small-size run with many iterations and a large-size run."""
+    lo, hi, f = parse_size(args.b), parse_size(args.e), int(args.f)
+    sizes = []
+    s = lo
+    while s <= hi:
+        sizes.append(s)
+        s *= f
+    small = [x for x in sizes if x < SMALL]
+    large = [x for x in sizes if x >= SMALL]
+    out = []
+    if small:
+        out.append((small[0], small[-1], 1000, 100))
+    if large:
+        out.append((large[0], large[-1], 10, 2))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
@@ -79,12 +105,13 @@ def main():
         rates.append(probe(args.build))
         for n in ranks:
             for coll in colls:
-                tool = [os.path.join(args.build, "bin", f"{coll}_perf"), "-b", args.b, "-e", args.e, "-f", args.f,
-                        "-n", "10", "-w", "2", "-c", "0"]
                 for side, extra, env in (("strata", [], {}), ("mpi", ["--backend", "mpi"], MPI_ENV)):
-                    rows = mpirun(n, tool + extra, env)
-                    for size, (us, bw) in rows.items():
-                        res.setdefault((n, coll, side), {}).setdefault(size, []).append((us, bw))
+                    for lo, hi, iters, warm in sweeps(args):
+                        tool = [os.path.join(args.build, "bin", f"{coll}_perf"), "-b", str(lo), "-e", str(hi),
+                                "-f", args.f, "-n", str(iters), "-w", str(warm), "-c", "0"]
+                        rows = mpirun(n, tool + extra, env)
+                        for size, (us, bw) in rows.items():
+                            res.setdefault((n, coll, side), {}).setdefault(size, []).append((us, bw))
         print(f"# repetition {rep + 1}/{args.reps} done", file=sys.stderr)
     copy = statistics.median(r[0] for r in rates)
     add = statistics.median(r[1] for r in rates)
@@ -103,9 +130,8 @@ def main():
                 m_bw = statistics.median(x[1] for x in m_rows.get(size, [(0, 0)]))
                 s_us = statistics.median(x[0] for x in s_rows[size])
                 m_us = statistics.median(x[0] for x in m_rows.get(size, [(0, 0)]))
-                ratio = s_bw / m_bw if m_bw > 0 else float("nan")
-                if m_bw == 0:
-                    ratio = m_us / s_us if s_us > 0 else float("nan")
+                # Same bytes on both sides, so the busbw ratio is the time ratio (unrounded).
+                ratio = m_us / s_us if s_us > 0 else float("nan")
                 print(f"{size:>12} {s_bw:>9.2f} {m_bw:>9.2f} {ratio:>7.2f} {100 * s_bw / b:>6.0f}% {s_us:>10.2f} {m_us:>10.2f}")
 
 
