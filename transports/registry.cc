@@ -3,6 +3,7 @@
 #include "transports/common/fifo.h"
 #include "transports/loopback/loopback_transport.h"
 #include "transports/shm/shm_transport.h"
+#include "transports/socket/socket_transport.h"
 
 namespace strata::transport {
 
@@ -11,12 +12,17 @@ const std::vector<Transport*>& transports() {
     std::vector<Transport*> l;
     static loopback::LoopbackTransport loopback;
     static shm::ShmTransport shm;
+    static socket::SocketTransport socket;
     l.push_back(&loopback);
     if (!config().shmDisable) l.push_back(&shm);
+    l.push_back(&socket);
     return l;
   }();
   return list;
 }
+
+bool progressBackground() { return socket::progressNetwork(); }
+bool needsPolling() { return socket::networkActive(); }
 
 SharedRegion Transport::createRegion(const ConnectRequest&, size_t, std::string*) {
   fail(ncclInternalError, "transport %s cannot share memory regions", name());
@@ -40,11 +46,8 @@ std::unique_ptr<SendConnection> MemoryTransport::connect(const ConnectRequest& r
 Transport& selectTransport(const PeerInfo& self, const PeerInfo& peer) {
   for (Transport* t : transports())
     if (t->canConnect(self, peer)) return *t;
-  fail(ncclInvalidUsage,
-       "no transport can connect rank %d (%s, pid %d) and rank %d (%s, pid %d): this build has loopback and shm%s; "
-       "ranks on different hosts need the network transport, which is not implemented yet",
-       self.rank, self.hostname, self.pid, peer.rank, peer.hostname, peer.pid,
-       config().shmDisable ? " (shm disabled by NCCL_SHM_DISABLE=1)" : "");
+  fail(ncclInternalError, "no transport can connect rank %d (%s, pid %d) and rank %d (%s, pid %d)", self.rank,
+       self.hostname, self.pid, peer.rank, peer.hostname, peer.pid);
 }
 
 }  // namespace strata::transport

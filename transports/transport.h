@@ -89,6 +89,12 @@ class MemoryTransport : public Transport {
 // Transports in priority order, minus those the configuration disables.
 const std::vector<Transport*>& transports();
 
+// Moves data on connections that need the ranks' threads to progress them
+// (sockets); returns false when the process has none. Called on every sweep.
+bool progressBackground();
+// True while such connections exist: a waiting rank must poll, not sleep on its doorbell.
+bool needsPolling();
+
 // The first transport that can connect the pair; throws naming both ranks if none can.
 Transport& selectTransport(const PeerInfo& self, const PeerInfo& peer);
 

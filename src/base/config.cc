@@ -141,6 +141,13 @@ Config Config::parse(const std::function<const char*(const char*)>& lookup) {
   p.str("NCCL_HOSTID", &c.hostId);
   p.str("NCCL_SOCKET_IFNAME", &c.socketIfname);
   p.flag("NCCL_SHM_DISABLE", &c.shmDisable);
+  p.integer("NCCL_SOCKET_NTHREADS", &c.socketThreads, 1, 16);
+  p.integer("NCCL_NSOCKS_PERTHREAD", &c.socksPerThread, 1, 64);
+  if (c.socketThreads * c.socksPerThread > 64) {
+    c.warnings.push_back("NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD exceeds 64; using " +
+                         std::to_string(64 / c.socketThreads) + " sockets per thread");
+    c.socksPerThread = 64 / c.socketThreads;
+  }
   p.str("NCCL_ALGO", &c.algo);
   p.str("NCCL_PROTO", &c.proto);
   p.integer("NCCL_MIN_NCHANNELS", &c.minChannels, 1, 64);

@@ -34,6 +34,8 @@ struct Config {
   std::string hostId;                       // NCCL_HOSTID: overrides hostname+boot id as the node identity
   std::string socketIfname;                 // NCCL_SOCKET_IFNAME: bootstrap interface (prefix, ^ exclude, = exact)
   bool shmDisable = false;                  // NCCL_SHM_DISABLE=1: no shared-memory transport between processes
+  int socketThreads = 2;                    // NCCL_SOCKET_NTHREADS (1-16) x NCCL_NSOCKS_PERTHREAD (1-64), at most 64:
+  int socksPerThread = 1;                   //   TCP streams per socket connection (progressed by the rank's thread)
   std::string algo;                         // NCCL_ALGO: allowed algorithms (NCCL list syntax)
   std::string proto;                        // NCCL_PROTO: allowed protocols (NCCL list syntax)
   int minChannels = 1;                      // NCCL_MIN_NCHANNELS

@@ -246,7 +246,10 @@ void Executor::progressAll() {
           continue;
         }
         if (allDone_) return;
-        sleep.wait(multi ? 200 : 20000);
+        if (transport::needsPolling())
+          usleep(20);  // sockets do not ring doorbells
+        else
+          sleep.wait(multi ? 200 : 20000);
       }
       double now = nowSec();
       if (now - lastCheck > 0.1) {
@@ -266,6 +269,7 @@ bool Executor::sweepOrFail() {
 }
 
 bool Executor::sweep() {
+  transport::progressBackground();
   bool moved = false;
   allDone_ = true;
   for (auto& [key, lane] : lanes_) {

@@ -1,0 +1,46 @@
+// The process's listening socket for data streams. A receiving connection
+// collects here the streams its sender opens; whichever rank polls accepts
+// every pending stream and files it by (token, stream), so no thread is needed.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "base/socket.h"
+
+namespace strata::transport::socket {
+
+// The first bytes on every data stream.
+struct StreamHello {
+  uint64_t magic;
+  uint64_t token;    // names the receiving connection
+  uint32_t stream;   // this stream's index
+  uint32_t streams;  // how many the sender opens
+};
+constexpr uint64_t kHelloMagic = 0x53545241544b3031ull;  // "STRATK01"
+
+class DataListener {
+ public:
+  // The listener for this process, bound to `ip` (port chosen by the kernel) on first use.
+  static DataListener& instance(const SockAddr& ip);
+  SockAddr address() const { return addr_; }
+  uint64_t newToken() { return nextToken_.fetch_add(1); }
+  // The stream `stream` of connection `token` if it has arrived, else -1. Never
+  // blocks: it accepts whatever streams are pending and files them.
+  int tryTake(uint64_t token, uint32_t stream);
+
+ private:
+  explicit DataListener(const SockAddr& ip);
+  void acceptOne();
+
+  int fd_ = -1;
+  SockAddr addr_;
+  std::atomic<uint64_t> nextToken_{1};
+  std::mutex mu_;
+  std::map<std::pair<uint64_t, uint32_t>, int> ready_;
+};
+
+}  // namespace strata::transport::socket
