@@ -29,6 +29,9 @@ class SendConnection {
   virtual void abort() = 0;
   // True when the receiver marked the connection failed.
   virtual bool peerAborted() const = 0;
+  // True when every posted message has left this process (or can never leave,
+  // because the connection failed). Memory transports are flushed at post().
+  virtual bool flushed() { return true; }
 };
 
 class RecvConnection {

@@ -29,14 +29,21 @@ static std::string readFirstLine(const char* path) {
   return line;
 }
 
+static std::string machineName() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return std::string(host) + "/" + readFirstLine("/proc/sys/kernel/random/boot_id");
+}
+
 uint64_t hostIdentity(std::string* description) {
   std::string id = config().hostId;
-  if (id.empty()) {
-    char host[256] = {};
-    gethostname(host, sizeof(host) - 1);
-    id = std::string(host) + "/" + readFirstLine("/proc/sys/kernel/random/boot_id");
-  }
+  if (id.empty()) id = machineName();
   if (description) *description = id;
+  return hashBytes(id.data(), id.size());
+}
+
+uint64_t machineIdentity() {
+  std::string id = machineName();
   return hashBytes(id.data(), id.size());
 }
 

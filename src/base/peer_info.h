@@ -15,6 +15,7 @@ struct PeerInfo {
   int device = -1;           // CUDA device, or -1 for host memory
   uint64_t hostHash = 0;     // node identity: hostname + boot id, or NCCL_HOSTID
   uint64_t processHash = 0;  // hostHash + pid + pid namespace: equal means same process
+  uint64_t machineHash = 0;  // hostname + boot id even under NCCL_HOSTID: who shares the cores
   SockAddr listenAddr;       // where this rank's process accepts bootstrap messages
   char hostname[64] = {};
   char bellName[64] = {};    // shared-memory doorbell that peers ring
@@ -28,6 +29,9 @@ uint64_t hashBytes(const void* data, size_t n, uint64_t seed = 0xcbf29ce48422232
 
 // The node identity: hash of NCCL_HOSTID if set, else of hostname and kernel boot id.
 uint64_t hostIdentity(std::string* description);
+// The physical machine: hostname + boot id, ignoring NCCL_HOSTID (several
+// "nodes" of a test bed share one machine's cores).
+uint64_t machineIdentity();
 
 // The process identity: host identity, pid and pid namespace.
 uint64_t processIdentity();

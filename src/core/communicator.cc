@@ -38,6 +38,7 @@ PeerInfo Communicator::describeSelf(int rank, const CommOptions& opts, std::shar
   self.device = opts.device;
   self.hostHash = hostIdentity(nullptr);
   self.processHash = processIdentity();
+  self.machineHash = machineIdentity();
   self.listenAddr = PostOffice::instance().address();
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
@@ -92,9 +93,12 @@ void Communicator::setup(std::vector<PeerInfo> peers, std::unique_ptr<Bootstrap>
   if (opts.minChannels > 0) nch = std::max(nch, opts.minChannels);
   nch = std::max(1, std::min(nch, 64));
   if (nranks() > 1) channels_.resize(nch);
-  int localRanks = 0;
-  for (const PeerInfo& p : peers_) localRanks += p.sameHost(peers_[rank_]) ? 1 : 0;
-  oversubscribed_ = localRanks > sysconf(_SC_NPROCESSORS_ONLN);
+  int localRanks = 0, machineRanks = 0;
+  for (const PeerInfo& p : peers_) {
+    localRanks += p.sameHost(peers_[rank_]) ? 1 : 0;
+    machineRanks += p.machineHash == peers_[rank_].machineHash ? 1 : 0;
+  }
+  oversubscribed_ = machineRanks > sysconf(_SC_NPROCESSORS_ONLN);
   sharedMemory_ = localRanks == nranks();
   for (const PeerInfo& p : peers_)
     sharedMemory_ = sharedMemory_ && transport::selectTransport(peers_[rank_], p).sharesMemory();
@@ -250,6 +254,16 @@ algorithms::LinkModel Communicator::linkModel() const {
   // on the 2-core test VMs (docs/design.md has the numbers).
   bool sameProcess = nranks() > 1 && peers_[0].sameProcess(peers_[nranks() - 1]);
   return sameProcess ? algorithms::LinkModel{0.5, 6.0} : algorithms::LinkModel{1.0, 5.0};
+}
+
+bool Communicator::sendsFlushed() {
+  for (Channel& ch : channels_)
+    if (ch.toNext && !ch.toNext->flushed()) return false;
+  for (auto& [peer, c] : p2pSend_)
+    if (!c->flushed()) return false;
+  for (auto& c : meshSend_)
+    if (c && !c->flushed()) return false;
+  return true;
 }
 
 void Communicator::abortConnections() {

@@ -66,7 +66,7 @@ class Communicator {
   algorithms::TuneRequest tuneRequest(algorithms::Collective coll, size_t bytes) const {
     return {coll, bytes, nranks(), linkModel(), sharedMemory_};
   }
-  // True when this host runs more ranks of the communicator than it has cores.
+  // True when this machine (its cores, whatever NCCL_HOSTID says) runs more ranks of the communicator than it has cores.
   bool oversubscribed() const { return oversubscribed_; }
 
   // Opens point-to-point connections that are not open yet, in two phases so
@@ -100,6 +100,9 @@ class Communicator {
   // Error state, as ncclCommGetAsyncError reports it.
   ncclResult_t asyncError() const { return asyncError_.load(); }
   void setAsyncError(ncclResult_t r) { asyncError_.store(r); }
+  // True when every send connection has pushed out what was posted to it (a
+  // socket needs this rank's thread to keep sending after the last step).
+  bool sendsFlushed();
   // Stops in-flight work here and tells every connected peer to stop too.
   void abortConnections();
   void requestAbort() { abortRequested_.store(true); }

@@ -281,6 +281,9 @@ bool Executor::sweep() {
     }
     if (!lane.idle()) allDone_ = false;
   }
+  if (allDone_ && transport::needsPolling())  // not done until the last socket sends are out
+    for (auto& [comm, w] : work_)
+      if (!comm->sendsFlushed()) allDone_ = false;
   return moved;
 }
 

@@ -22,7 +22,7 @@ std::string readAll(int fd) {
 // Rank 0's process makes the unique id and hands it to the others through a pipe:
 // the parent never starts Strata's threads just before forking, so the children
 // never inherit a lock held mid-allocation (which sanitizer allocators do not survive).
-std::vector<RankResult> runProcesses(int nranks, const RankFn& fn, double timeoutSec) {
+std::vector<RankResult> runProcesses(int nranks, const RankFn& fn, double timeoutSec, const EnterFn& enter) {
   std::vector<pid_t> pids(nranks);
   std::vector<int> pipes(nranks);
   int idPipe[2];
@@ -36,6 +36,11 @@ std::vector<RankResult> runProcesses(int nranks, const RankFn& fn, double timeou
       std::string err;
       try {
         ncclUniqueId id;
+        if (enter) err = enter(r);
+        if (!err.empty()) {
+          if (write(p[1], err.data(), err.size()) < 0) _exit(3);
+          _exit(1);
+        }
         if (r == 0) {
           if (ncclGetUniqueId(&id) != ncclSuccess) _exit(4);
           for (int k = 1; k < nranks; ++k)  // one atomic write per reader (sizeof(id) < PIPE_BUF)
@@ -96,8 +101,8 @@ std::vector<RankResult> runProcesses(int nranks, const RankFn& fn, double timeou
 
 }  // namespace
 
-std::vector<RankResult> runRanks(Mode mode, int nranks, const RankFn& fn, double timeoutSec) {
-  if (mode == Mode::kProcesses) return runProcesses(nranks, fn, timeoutSec);
+std::vector<RankResult> runRanks(Mode mode, int nranks, const RankFn& fn, double timeoutSec, const EnterFn& enter) {
+  if (mode == Mode::kProcesses) return runProcesses(nranks, fn, timeoutSec, enter);
   ncclUniqueId id;
   if (ncclGetUniqueId(&id) != ncclSuccess) return {{0, "ncclGetUniqueId failed"}};
   std::vector<RankResult> results(nranks);

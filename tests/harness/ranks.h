@@ -22,8 +22,13 @@ struct RankResult {
   std::string error;  // "" when the rank succeeded
 };
 
+// Runs in a forked rank before anything else (rank 0 makes the unique id after it):
+// returns "" or why the rank cannot run. The netns tests move ranks into their node's namespace here.
+using EnterFn = std::function<std::string(int rank)>;
+
 // Runs fn on nranks ranks; kills forked ranks still running after timeoutSec.
-std::vector<RankResult> runRanks(Mode mode, int nranks, const RankFn& fn, double timeoutSec = 120);
+std::vector<RankResult> runRanks(Mode mode, int nranks, const RankFn& fn, double timeoutSec = 120,
+                                 const EnterFn& enter = {});
 
 // Joins the failures into one message ("" when all ranks succeeded).
 std::string failures(const std::vector<RankResult>& results);

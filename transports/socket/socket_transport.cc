@@ -144,6 +144,11 @@ class SocketSend final : public SendConnection, public SocketConnection {
   size_t slotBytes() const override { return slotBytes_; }
   void abort() override { shutdownStreams(); }
   bool peerAborted() const override { return failed_; }
+  bool flushed() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    pump();
+    return failed_ || tail_ == head_;
+  }
 
  private:
   void pump() override {
