@@ -26,7 +26,9 @@ void usage(const char* prog) {
       "  [-d,--datatype <int8/uint8/int32/uint32/int64/uint64/half/float/double/bfloat16/f8e4m3/f8e5m2/all>]\n"
       "  [-r,--root <root, -1 = every root>] [-z,--blocking <0/1>] [-a,--average <0/1/2/3>]\n"
       "  [-T,--timeout <seconds>] [-h,--help]\n"
-      "  Strata: [--backend nccl|mpi] (mpi: the same sweep through MPI's collectives, under mpirun)\n",
+      "  Strata: [--backend nccl|mpi] (mpi: the same sweep through MPI's collectives, under mpirun)\n"
+      "          [--show-choice] (print the tuner's algorithm and protocol per size: NCCL_DEBUG=INFO, subsystem TUNING)\n"
+      "          [--buffers host|device] (host: the only kind this build has)\n",
       prog);
 }
 
@@ -88,7 +90,8 @@ int parseArgs(int argc, char** argv, Args* a) {
       {"datatype", required_argument, nullptr, 'd'},   {"root", required_argument, nullptr, 'r'},
       {"blocking", required_argument, nullptr, 'z'},   {"average", required_argument, nullptr, 'a'},
       {"timeout", required_argument, nullptr, 'T'},    {"help", no_argument, nullptr, 'h'},
-      {"backend", required_argument, nullptr, 1000},   {nullptr, 0, nullptr, 0}};
+      {"backend", required_argument, nullptr, 1000},   {"show-choice", no_argument, nullptr, 1001},
+      {"buffers", required_argument, nullptr, 1002},   {nullptr, 0, nullptr, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:c:o:d:r:z:a:T:h", longOpts, nullptr)) != -1) {
     switch (c) {
@@ -122,6 +125,16 @@ int parseArgs(int argc, char** argv, Args* a) {
           return 255;
         }
         a->mpiBackend = strcmp(optarg, "mpi") == 0;
+        break;
+      case 1001:  // read by the library at its first call, which comes after argument parsing
+        setenv("NCCL_DEBUG", "INFO", 1);
+        setenv("NCCL_DEBUG_SUBSYS", "TUNING", 1);
+        break;
+      case 1002:
+        if (strcmp(optarg, "host") != 0) {
+          fprintf(stderr, "--buffers %s: this build has host buffers only (the GPU path is not built)\n", optarg);
+          return 255;
+        }
         break;
       case 'h': usage(argv[0]); return 0;
       default:

@@ -242,6 +242,9 @@ algorithms::Choice Communicator::choose(algorithms::Collective coll, size_t byte
   CachedChoice& c = choices_[(bytes * 31 + static_cast<size_t>(coll)) % choices_.size()];
   if (c.config != &cfg || c.coll != coll || c.bytes != bytes) {
     c.choice = algorithms::choose(tuneRequest(coll, bytes), cfg.algo, cfg.proto);  // throws before caching
+    STRATA_INFO(kSubsysTuning, rank_, "%s: %zu bytes on %d ranks -> %s/%s, estimated %.1f us",
+                algorithms::collectiveName(coll), bytes, nranks(), c.choice.algorithm, c.choice.protocol,
+                c.choice.estimatedUs);
     c.config = &cfg;
     c.coll = coll;
     c.bytes = bytes;

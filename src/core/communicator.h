@@ -60,7 +60,8 @@ class Communicator {
   Channel& channel(int c) { return channels_[c]; }
   algorithms::LinkModel linkModel() const;
   // The tuner's choice for one operation, remembered for the last few sizes
-  // (the configuration, hence NCCL_ALGO / NCCL_PROTO, is part of the key).
+  // (the configuration, hence NCCL_ALGO / NCCL_PROTO, is part of the key);
+  // logged under NCCL_DEBUG_SUBSYS=TUNING when first made.
   algorithms::Choice choose(algorithms::Collective coll, size_t bytes);
   // What the tuner needs to know about this communicator for one operation.
   algorithms::TuneRequest tuneRequest(algorithms::Collective coll, size_t bytes) const {

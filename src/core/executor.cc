@@ -35,13 +35,8 @@ bool overlaps(const void* a, const void* b, size_t bytes) {
 inline void cpuRelax() { __builtin_ia32_pause(); }
 
 // The tuner's choice for this operation; throws when NCCL_ALGO / NCCL_PROTO exclude every candidate.
-algorithms::Choice tune(Communicator& comm, const OpDesc& op) {
-  size_t bytes = opBytes(op, comm.nranks());
-  algorithms::Choice c = comm.choose(op.coll, bytes);
-  STRATA_INFO(kSubsysTuning, comm.rank(), "%s: %zu bytes on %d ranks -> %s/%s, estimated %.1f us", op.fn, bytes,
-              comm.nranks(), c.algorithm, c.protocol, c.estimatedUs);
-  return c;
-}
+// The tuner's choice (logged under TUNING the first time a size is seen).
+algorithms::Choice tune(Communicator& comm, const OpDesc& op) { return comm.choose(op.coll, opBytes(op, comm.nranks())); }
 
 }  // namespace
 
