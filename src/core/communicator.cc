@@ -185,11 +185,16 @@ void Communicator::connectP2p(const std::set<int>& sendPeers) {
   STRATA_INFO(kSubsysP2p, rank_, "p2p: sending to %zu new peer(s)", sendTo.size());
 }
 
+std::vector<std::pair<int, uint64_t>> Communicator::everyPeer(uint64_t connection) const {
+  std::vector<std::pair<int, uint64_t>> v;
+  for (int p = 0; p < nranks(); ++p)
+    if (p != rank_) v.push_back({p, connection});
+  return v;
+}
+
 void Communicator::listenMesh() {
   if (!meshRecv_.empty()) return;
-  std::vector<std::pair<int, uint64_t>> recvFrom;
-  for (int p = 0; p < nranks(); ++p)
-    if (p != rank_) recvFrom.push_back({p, kMeshConnection});
+  std::vector<std::pair<int, uint64_t>> recvFrom = everyPeer(kMeshConnection);
   std::vector<std::unique_ptr<transport::RecvConnection>> recvs;
   std::vector<std::unique_ptr<transport::SendConnection>> none;
   connect(recvFrom, {}, &recvs, &none, kMeshSlotBytes, kMeshSlots);
@@ -198,21 +203,19 @@ void Communicator::listenMesh() {
   for (const auto& c : meshRecv_) meshRecvPtrs_.push_back(c.get());
   if (!sharedMemory_) return;
   ll_.in.assign(nranks(), nullptr);
-  for (int p = 0; p < nranks(); ++p) {
-    if (p == rank_) continue;
+  for (auto [p, id] : everyPeer(kLlRegion)) {
     transport::ConnectRequest req{&peers_[rank_], &peers_[p], 0, 0};
     std::string handle;
-    llRegions_.push_back(transport::selectTransport(peers_[rank_], peers_[p]).createRegion(req, kLlRegionBytes, &handle));
+    transport::Transport& t = transport::selectTransport(peers_[rank_], peers_[p]);
+    llRegions_.push_back(t.createRegion(req, kLlRegionBytes, &handle));
     ll_.in[p] = static_cast<const uint64_t*>(llRegions_.back().data);
-    bootstrap_->send(p, MsgKind::kConnect, kLlRegion, handle);
+    bootstrap_->send(p, MsgKind::kConnect, id, handle);
   }
 }
 
 void Communicator::connectMesh() {
   if (!meshSend_.empty()) return;
-  std::vector<std::pair<int, uint64_t>> sendTo;
-  for (int p = 0; p < nranks(); ++p)
-    if (p != rank_) sendTo.push_back({p, kMeshConnection});
+  std::vector<std::pair<int, uint64_t>> sendTo = everyPeer(kMeshConnection);
   std::vector<std::unique_ptr<transport::RecvConnection>> none;
   std::vector<std::unique_ptr<transport::SendConnection>> sends;
   connect({}, sendTo, &none, &sends, kMeshSlotBytes, kMeshSlots);
@@ -224,10 +227,9 @@ void Communicator::connectMesh() {
     ll_.out.assign(nranks(), nullptr);
     ll_.outBells.assign(nranks(), nullptr);
     ll_.staging.assign(nranks() * kLlWordsPerSlot * 4, 0);
-    for (int p = 0; p < nranks(); ++p) {
-      if (p == rank_) continue;
+    for (auto [p, id] : everyPeer(kLlRegion)) {
       transport::ConnectRequest req{&peers_[rank_], &peers_[p], 0, 0};
-      std::string handle = bootstrap_->recv(p, MsgKind::kConnect, kLlRegion);
+      std::string handle = bootstrap_->recv(p, MsgKind::kConnect, id);
       llRegions_.push_back(transport::selectTransport(peers_[rank_], peers_[p]).attachRegion(req, handle));
       ll_.out[p] = static_cast<uint64_t*>(llRegions_.back().data);
       ll_.outBells[p] = llRegions_.back().peerBell.get();
@@ -241,7 +243,8 @@ algorithms::Choice Communicator::choose(algorithms::Collective coll, size_t byte
   const Config& cfg = config();
   CachedChoice& c = choices_[(bytes * 31 + static_cast<size_t>(coll)) % choices_.size()];
   if (c.config != &cfg || c.coll != coll || c.bytes != bytes) {
-    c.choice = algorithms::choose(tuneRequest(coll, bytes), cfg.algo, cfg.proto);  // throws before caching
+    algorithms::TuneRequest req{coll, bytes, nranks(), linkModel(), sharedMemory_};
+    c.choice = algorithms::choose(req, cfg.algo, cfg.proto);  // throws before caching
     STRATA_INFO(kSubsysTuning, rank_, "%s: %zu bytes on %d ranks -> %s/%s, estimated %.1f us",
                 algorithms::collectiveName(coll), bytes, nranks(), c.choice.algorithm, c.choice.protocol,
                 c.choice.estimatedUs);

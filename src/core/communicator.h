@@ -63,10 +63,6 @@ class Communicator {
   // (the configuration, hence NCCL_ALGO / NCCL_PROTO, is part of the key);
   // logged under NCCL_DEBUG_SUBSYS=TUNING when first made.
   algorithms::Choice choose(algorithms::Collective coll, size_t bytes);
-  // What the tuner needs to know about this communicator for one operation.
-  algorithms::TuneRequest tuneRequest(algorithms::Collective coll, size_t bytes) const {
-    return {coll, bytes, nranks(), linkModel(), sharedMemory_};
-  }
   // True when this machine (its cores, whatever NCCL_HOSTID says) runs more ranks of the communicator than it has cores.
   bool oversubscribed() const { return oversubscribed_; }
 
@@ -118,6 +114,8 @@ class Communicator {
   static PeerInfo describeSelf(int rank, const CommOptions& opts, std::shared_ptr<Doorbell>* bell);
   void setup(std::vector<PeerInfo> peers, std::unique_ptr<Bootstrap> bootstrap, const CommOptions& opts);
   void connectRing();
+  // (peer, connection id) for every other rank.
+  std::vector<std::pair<int, uint64_t>> everyPeer(uint64_t connection) const;
   // Receivers publish handles first, then senders collect theirs: never deadlocks.
   void connect(const std::vector<std::pair<int, uint64_t>>& recvFrom, const std::vector<std::pair<int, uint64_t>>& sendTo,
                std::vector<std::unique_ptr<transport::RecvConnection>>* recvs,

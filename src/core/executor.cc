@@ -34,10 +34,6 @@ bool overlaps(const void* a, const void* b, size_t bytes) {
 
 inline void cpuRelax() { __builtin_ia32_pause(); }
 
-// The tuner's choice for this operation; throws when NCCL_ALGO / NCCL_PROTO exclude every candidate.
-// The tuner's choice (logged under TUNING the first time a size is seen).
-algorithms::Choice tune(Communicator& comm, const OpDesc& op) { return comm.choose(op.coll, opBytes(op, comm.nranks())); }
-
 }  // namespace
 
 void Executor::add(Communicator& comm, const OpDesc& op) {
@@ -49,8 +45,9 @@ void Executor::add(Communicator& comm, const OpDesc& op) {
     case OpKind::kRecv: return addRecv(comm, op, static_cast<char*>(op.recvbuff), bytes, op.root);
     case OpKind::kCollective:
       if (op.coll >= algorithms::Collective::kAllToAll) return addPairwise(comm, op);
-      if (algorithms::Choice c = tune(comm, op); strcmp(c.algorithm, "OneShot") == 0)
-        return addOneShot(comm, op, c.proto == algorithms::Protocol::kLL);
+      // The tuner's choice; throws when NCCL_ALGO / NCCL_PROTO exclude every candidate.
+      algorithms::Choice c = comm.choose(op.coll, opBytes(op, comm.nranks()));
+      if (strcmp(c.algorithm, "OneShot") == 0) return addOneShot(comm, op, c.proto == algorithms::Protocol::kLL);
       return addRing(comm, op);
   }
 }
@@ -187,12 +184,7 @@ void Executor::run() {
       p.args.chunkBytes = p.comm->meshSlotBytes();
       Lane& lane = lanes_[{p.comm, kMeshLane, 0}];
       lane.comm = p.comm;
-      const OneShotArgs& a = p.args;
-      if (p.ll)
-        lane.tasks.push_back(makeLlOneShotTask(
-            {a.fn, a.rank, a.sendbuff, a.recvbuff, a.count, a.type, a.op, &p.comm->llMesh(), a.to, a.from}));
-      else
-        lane.tasks.push_back(makeOneShotTask(a));
+      lane.tasks.push_back(p.ll ? makeLlOneShotTask(p.args, &p.comm->llMesh()) : makeOneShotTask(p.args));
     }
     for (PendingP2p& p : pendingP2p_) {
       if (p.kind == kSendLane)

@@ -39,9 +39,8 @@ double estimateUs(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
   double total = 0;
   for (auto& [h, op] : ops) {
     Communicator& comm = ready(h, "ncclGroupSimulateEnd");
-    algorithms::TuneRequest req = comm.tuneRequest(
-        op.kind == OpKind::kCollective ? op.coll : algorithms::Collective::kSendRecv, opBytes(op, comm.nranks()));
-    total += algorithms::choose(req, config().algo, config().proto).estimatedUs;
+    auto coll = op.kind == OpKind::kCollective ? op.coll : algorithms::Collective::kSendRecv;
+    total += comm.choose(coll, opBytes(op, comm.nranks())).estimatedUs;
   }
   return total;
 }

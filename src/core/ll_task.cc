@@ -21,11 +21,11 @@ inline void storeWord(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC
 // round r and so has finished reading round r-1, the slot's previous contents.
 class LlOneShotTask final : public Task {
  public:
-  explicit LlOneShotTask(const LlOneShotArgs& a)
-      : a_(a), n_(static_cast<int>(a.ll->in.size())), esize_(device::dtypeSize(a.type)), got_(n_) {
+  LlOneShotTask(const OneShotArgs& a, LlMesh* ll)
+      : a_(a), ll_(*ll), n_(static_cast<int>(ll->in.size())), esize_(device::dtypeSize(a.type)), got_(n_),
+        inputs_(n_) {
     chunk_ = std::max<size_t>(1, kLlWordsPerSlot * 4 / esize_);
-    combine_ = a.op;
-    combine_.preMultiply = false;  // peers' contributions arrive already multiplied
+    for (int j = 0; j < n_; ++j) inputs_[j] = staging(j);
   }
 
   bool progress() override {
@@ -34,14 +34,14 @@ class LlOneShotTask final : public Task {
       size_t begin = chunkIndex_ * chunk_;
       size_t count = std::min(chunk_, a_.count - begin);
       size_t words = (count * esize_ + 3) / 4;
-      uint64_t round = a_.ll->round + 1;
+      uint64_t round = ll_.round + 1;
       if (!sent_) {
         sendAll(begin, count, words, round);
         moved = true;
       }
       if (!receiveAll(words, round)) break;
-      combine(begin, count);
-      a_.ll->round = round;
+      device::reduceInOrder(a_.recvbuff + begin * esize_, inputs_.data(), n_, count, a_.type, a_.op);
+      ll_.round = round;
       std::fill(got_.begin(), got_.end(), 0);
       sent_ = false;
       ++chunkIndex_;
@@ -54,12 +54,12 @@ class LlOneShotTask final : public Task {
   const char* fn() const override { return a_.fn; }
   bool peerAborted() const override {
     for (int j = 0; j < n_; ++j)
-      if (j != a_.rank && ((*a_.abortTo)[j]->peerAborted() || (*a_.abortFrom)[j]->peerAborted())) return true;
+      if (j != a_.rank && ((*a_.to)[j]->peerAborted() || (*a_.from)[j]->peerAborted())) return true;
     return false;
   }
 
  private:
-  char* staging(int j) { return a_.ll->staging.data() + j * kLlWordsPerSlot * 4; }
+  char* staging(int j) { return ll_.staging.data() + j * kLlWordsPerSlot * 4; }
   size_t slotOffset(uint64_t round) const { return (round & 1) * kLlWordsPerSlot; }
 
   void sendAll(size_t begin, size_t count, size_t words, uint64_t round) {
@@ -68,13 +68,13 @@ class LlOneShotTask final : public Task {
     uint64_t flag = static_cast<uint64_t>(static_cast<uint32_t>(round)) << 32;
     for (int k = 1; k < n_; ++k) {
       int j = (a_.rank + k) % n_;
-      uint64_t* dst = a_.ll->out[j] + slotOffset(round);
+      uint64_t* dst = ll_.out[j] + slotOffset(round);
       for (size_t i = 0; i < words; ++i) {
         uint32_t v;
         memcpy(&v, mine + 4 * i, 4);
         storeWord(dst + i, flag | v);
       }
-      a_.ll->outBells[j]->ring();
+      ll_.outBells[j]->ring();
     }
     sent_ = true;
   }
@@ -84,7 +84,7 @@ class LlOneShotTask final : public Task {
     bool all = true;
     for (int j = 0; j < n_; ++j) {
       if (j == a_.rank) continue;
-      const uint64_t* src = a_.ll->in[j] + slotOffset(round);
+      const uint64_t* src = ll_.in[j] + slotOffset(round);
       char* into = staging(j);
       size_t& got = got_[j];
       for (; got < words; ++got) {
@@ -101,27 +101,22 @@ class LlOneShotTask final : public Task {
     return all;
   }
 
-  // Reduces in rank order 0..n-1 on every rank, so all ranks get the same bits.
-  void combine(size_t begin, size_t count) {
-    char* dst = a_.recvbuff + begin * esize_;
-    memcpy(dst, staging(0), count * esize_);
-    for (int j = 1; j < n_; ++j) device::reduce(dst, dst, staging(j), count, a_.type, combine_);
-    device::finalize(dst, count, a_.type, a_.op);
-  }
-
-  LlOneShotArgs a_;
+  OneShotArgs a_;
+  LlMesh& ll_;
   int n_;
   size_t esize_;
   size_t chunk_ = 0;
-  device::ReduceOp combine_;
   size_t chunkIndex_ = 0;
   bool sent_ = false;
-  std::vector<size_t> got_;  // words received from each rank this round
+  std::vector<size_t> got_;            // words received from each rank this round
+  std::vector<const void*> inputs_;  // every rank's staged contribution, by rank
   int waitingOn_ = -1;
 };
 
 }  // namespace
 
-std::unique_ptr<Task> makeLlOneShotTask(const LlOneShotArgs& args) { return std::make_unique<LlOneShotTask>(args); }
+std::unique_ptr<Task> makeLlOneShotTask(const OneShotArgs& args, LlMesh* ll) {
+  return std::make_unique<LlOneShotTask>(args, ll);
+}
 
 }  // namespace strata::core

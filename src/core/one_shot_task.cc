@@ -12,10 +12,8 @@ class OneShotTask final : public Task {
  public:
   explicit OneShotTask(const OneShotArgs& a)
       : a_(a), to_(*a.to), from_(*a.from), n_(static_cast<int>(to_.size())), esize_(device::dtypeSize(a.type)),
-        peers_(n_) {
+        in_(n_) {
     chunk_ = std::max<size_t>(1, a.chunkBytes / esize_);
-    combine_ = a.op;
-    combine_.preMultiply = false;  // peers' contributions arrive already multiplied
   }
 
   bool progress() override {
@@ -23,11 +21,17 @@ class OneShotTask final : public Task {
     while (!done()) {
       size_t begin = chunkIndex_ * chunk_;
       size_t count = std::min(chunk_, a_.count - begin);
-      moved |= sendAll(begin, count);
-      if (!receivedAll(count) || sentCount_ < n_ - 1) break;
-      combine(begin, count);
-      std::fill(peers_.begin(), peers_.end(), PeerState{});
-      sentCount_ = 0;
+      if (!in_[a_.rank]) {  // this rank's share, multiplied once for every peer
+        device::prepare(a_.scratch, a_.sendbuff + begin * esize_, count, a_.type, a_.op);
+        in_[a_.rank] = a_.scratch;
+      }
+      moved |= sendAll(count);
+      if (!receivedAll(count) || sent_ < n_ - 1) break;
+      device::reduceInOrder(a_.recvbuff + begin * esize_, in_.data(), n_, count, a_.type, a_.op);
+      for (int j = 0; j < n_; ++j)
+        if (j != a_.rank) from_[j]->release();
+      std::fill(in_.begin(), in_.end(), nullptr);
+      sent_ = 0;
       ++chunkIndex_;
       moved = true;
     }
@@ -43,21 +47,19 @@ class OneShotTask final : public Task {
   }
 
  private:
-  // Starts with the next rank so that the ranks do not all write to rank 0 first.
-  bool sendAll(size_t begin, size_t count) {
+  // Sends to rank+1, rank+2, ... in turn (so the ranks do not all write to rank 0
+  // first), stopping at the first peer whose FIFO is full: sent_ says how far it got.
+  bool sendAll(size_t count) {
     bool moved = false;
-    for (int k = 1; k < n_; ++k) {
-      int j = (a_.rank + k) % n_;
-      if (peers_[j].sent) continue;
+    for (; sent_ < n_ - 1; ++sent_) {
+      int j = (a_.rank + 1 + sent_) % n_;
       void* slot = to_[j]->trySlot();
       if (!slot) {
         waitingOn_ = j;
-        continue;
+        break;
       }
-      device::prepare(slot, a_.sendbuff + begin * esize_, count, a_.type, a_.op);
+      memcpy(slot, a_.scratch, count * esize_);
       to_[j]->post(count * esize_);
-      peers_[j].sent = true;
-      ++sentCount_;
       moved = true;
     }
     return moved;
@@ -66,10 +68,10 @@ class OneShotTask final : public Task {
   bool receivedAll(size_t count) {
     bool all = true;
     for (int j = 0; j < n_; ++j) {
-      if (j == a_.rank || peers_[j].in) continue;
+      if (in_[j]) continue;
       size_t got = 0;
-      peers_[j].in = from_[j]->tryData(&got);
-      if (!peers_[j].in) {
+      in_[j] = from_[j]->tryData(&got);
+      if (!in_[j]) {
         waitingOn_ = j;
         all = false;
         continue;
@@ -82,33 +84,15 @@ class OneShotTask final : public Task {
     return all;
   }
 
-  // Sums in rank order 0..n-1 on every rank, then releases the peers' slots.
-  void combine(size_t begin, size_t count) {
-    device::prepare(a_.scratch, a_.sendbuff + begin * esize_, count, a_.type, a_.op);
-    peers_[a_.rank].in = a_.scratch;
-    char* dst = a_.recvbuff + begin * esize_;
-    memcpy(dst, peers_[0].in, count * esize_);
-    for (int j = 1; j < n_; ++j) device::reduce(dst, dst, peers_[j].in, count, a_.type, combine_);
-    device::finalize(dst, count, a_.type, a_.op);
-    for (int j = 0; j < n_; ++j)
-      if (j != a_.rank) from_[j]->release();
-  }
-
-  struct PeerState {
-    bool sent = false;
-    const void* in = nullptr;
-  };
-
   OneShotArgs a_;
   const std::vector<transport::SendConnection*>& to_;
   const std::vector<transport::RecvConnection*>& from_;
   int n_;
   size_t esize_;
   size_t chunk_ = 0;
-  device::ReduceOp combine_;
   size_t chunkIndex_ = 0;
-  std::vector<PeerState> peers_;  // by rank, for the chunk in flight
-  int sentCount_ = 0;
+  int sent_ = 0;                  // peers this chunk has gone to
+  std::vector<const void*> in_;   // every rank's contribution to this chunk, by rank (this rank's: scratch)
   int waitingOn_ = -1;
 };
 

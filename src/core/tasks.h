@@ -69,10 +69,6 @@ struct OneShotArgs {
 };
 std::unique_ptr<Task> makeOneShotTask(const OneShotArgs& args);
 
-}  // namespace strata::core
-
-namespace strata::core {
-
 // The LL protocol's state for one communicator: per peer, a region this rank
 // reads (written by the peer) and one it writes (in the peer's memory), each
 // two slots of 8-byte words, plus a round counter that all ranks advance together.
@@ -85,19 +81,8 @@ struct LlMesh {
   uint64_t round = 0;
 };
 
-struct LlOneShotArgs {
-  const char* fn;
-  int rank;
-  const char* sendbuff;
-  char* recvbuff;
-  size_t count;
-  ncclDataType_t type;
-  device::ReduceOp op;
-  LlMesh* ll;
-  // The mesh's FIFO connections, which carry the abort flags.
-  const std::vector<transport::SendConnection*>* abortTo;
-  const std::vector<transport::RecvConnection*>* abortFrom;
-};
-std::unique_ptr<Task> makeLlOneShotTask(const LlOneShotArgs& args);
+// The same all-reduce over the LL protocol: data goes through `ll`; the mesh
+// FIFOs in `args` only carry the abort flags (scratch and chunkBytes are unused).
+std::unique_ptr<Task> makeLlOneShotTask(const OneShotArgs& args, LlMesh* ll);
 
 }  // namespace strata::core

@@ -132,4 +132,13 @@ void finalize(void* dst, size_t count, ncclDataType_t type, const ReduceOp& op) 
   });
 }
 
+void reduceInOrder(void* dst, const void* const* inputs, int n, size_t count, ncclDataType_t type,
+                   const ReduceOp& op) {
+  ReduceOp plain = op;
+  plain.preMultiply = false;
+  memcpy(dst, inputs[0], count * dtypeSize(type));
+  for (int j = 1; j < n; ++j) reduce(dst, dst, inputs[j], count, type, plain);
+  finalize(dst, count, type, op);
+}
+
 }  // namespace strata::device

@@ -29,6 +29,12 @@ void reduce(void* dst, const void* acc, const void* local, size_t count, ncclDat
 // outputs too large to stay cached, it saves reading each line before writing it.
 void copyStreaming(void* dst, const void* src, size_t bytes);
 
+// dst = inputs[0] OP inputs[1] OP ... OP inputs[n-1], in that order (so every rank
+// that combines the same inputs gets the same bits), then finalize(). The inputs are
+// already prepared: the op's pre-multiplication is not applied again.
+void reduceInOrder(void* dst, const void* const* inputs, int n, size_t count, ncclDataType_t type,
+                   const ReduceOp& op);
+
 // dst[i] = dst[i] / postDivide, when the op asks for it.
 void finalize(void* dst, size_t count, ncclDataType_t type, const ReduceOp& op);
 

@@ -12,7 +12,7 @@ namespace {
 
 // Regions created by createRegion() and not yet picked up by attachRegion(), by token.
 std::mutex gMutex;
-std::map<uint64_t, std::shared_ptr<void>> gPending;
+std::map<uint64_t, std::pair<std::shared_ptr<void>, size_t>> gPending;  // memory, bytes
 uint64_t gNextToken = 1;
 
 std::shared_ptr<void> allocateRegion(size_t bytes) {
@@ -30,7 +30,7 @@ SharedRegion LoopbackTransport::createRegion(const ConnectRequest& req, size_t b
   {
     std::lock_guard<std::mutex> lock(gMutex);
     token = gNextToken++;
-    gPending[token] = mem;
+    gPending[token] = {mem, bytes};
   }
   *handle = std::to_string(token);
   return SharedRegion{mem.get(), bytes, mem, Doorbell::attach(req.peer->bellName)};
@@ -38,15 +38,17 @@ SharedRegion LoopbackTransport::createRegion(const ConnectRequest& req, size_t b
 
 SharedRegion LoopbackTransport::attachRegion(const ConnectRequest& req, const std::string& handle) {
   std::shared_ptr<void> mem;
+  size_t bytes;
   {
     std::lock_guard<std::mutex> lock(gMutex);
     auto it = gPending.find(std::stoull(handle));
     STRATA_REQUIRE(it != gPending.end(), ncclInternalError,
                    "loopback: no staging buffer for handle %s from rank %d", handle.c_str(), req.peer->rank);
-    mem = std::move(it->second);
+    mem = std::move(it->second.first);
+    bytes = it->second.second;
     gPending.erase(it);
   }
-  return SharedRegion{mem.get(), 0, mem, Doorbell::attach(req.peer->bellName)};
+  return SharedRegion{mem.get(), bytes, mem, Doorbell::attach(req.peer->bellName)};
 }
 
 }  // namespace strata::transport::loopback

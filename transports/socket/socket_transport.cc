@@ -273,7 +273,8 @@ bool networkActive() { return gLiveCount.load(std::memory_order_relaxed) > 0; }
 
 bool progressNetwork() {
   if (!networkActive()) return false;
-  std::lock_guard<std::mutex> lock(gLiveMutex);
+  std::unique_lock<std::mutex> lock(gLiveMutex, std::try_to_lock);
+  if (!lock.owns_lock()) return true;  // another rank thread is progressing every connection right now
   for (SocketConnection* c : gLive) c->progressIfFree();
   return true;
 }
