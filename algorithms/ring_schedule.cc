@@ -32,7 +32,7 @@ RingSchedule::RingSchedule(const RingParams& p) : p_(p) {
     case Collective::kAllReduce:
       segLen_ = ceilDiv(p_.length, n);
       loops_ = std::max<size_t>(1, ceilDiv(segLen_, p_.chunk));
-      stepsPerLoop_ = 2 * n - 1;
+      stepsPerLoop_ = p_.half == RingHalf::kBoth ? 2 * n - 1 : n;
       break;
     case Collective::kAllGather:
     case Collective::kReduceScatter:
@@ -62,12 +62,30 @@ RingStep RingSchedule::step(size_t i) const {
   return chainStep(loop);
 }
 
+Segment ownedSegment(const RingParams& p) {
+  size_t segLen = ceilDiv(p.length, static_cast<size_t>(p.nranks));
+  size_t start = static_cast<size_t>((p.pos + 1) % p.nranks) * segLen;
+  Segment s;
+  s.begin = p.begin + std::min(start, p.length);
+  s.length = std::min(segLen, p.length - std::min(start, p.length));
+  return s;
+}
+
 // Reduce-scatter over n-1 steps, then all-gather of the reduced chunks over n-1 more.
+// Step n-1 completes chunk pos+1: it is the last step of the reduce-scatter half
+// (which keeps it) and the first of the all-gather half (which sends it from the output).
 RingStep RingSchedule::allReduceStep(size_t loop, int k) const {
   int n = p_.nranks;
   RingStep s;
   int chunkOffset;
-  if (k == 0) {
+  if (p_.half == RingHalf::kAllGather) k += n - 1;
+  if (p_.half == RingHalf::kReduceScatter && k == n - 1) {
+    s.recv = s.reduceLocal = s.writeOut = s.final = true;
+    chunkOffset = -k;
+  } else if (p_.half == RingHalf::kAllGather && k == n - 1) {
+    s.send = s.readLocal = s.writeOut = true;  // reads the output: the caller passes it as the input
+    chunkOffset = -k;
+  } else if (k == 0) {
     s.send = s.readLocal = true;
     chunkOffset = 0;
   } else if (k < n - 1) {
@@ -112,6 +130,7 @@ RingStep RingSchedule::segmentedStep(size_t loop, int k) const {
   size_t j = static_cast<size_t>(chunkIndex(rs ? -1 - k : -k));
   size_t o = loop * p_.chunk;
   s.count = p_.length > o ? std::min(p_.chunk, p_.length - o) : 0;
+  if (p_.order) j = static_cast<size_t>(p_.order[j]);
   if (rs) {
     s.srcOffset = j * p_.stride + p_.begin + o;
     s.dstOffset = p_.begin + o;

@@ -22,6 +22,12 @@ struct RingStep {
   size_t count = 0;          // elements
 };
 
+// Which part of a ring all-reduce to run: both halves, or only the
+// reduce-scatter half (each rank ends with one reduced segment of the region in
+// its output) or only the all-gather half (which starts from that segment). The
+// hierarchical all-reduce runs the halves inside a node around a step across nodes.
+enum class RingHalf { kBoth, kReduceScatter, kAllGather };
+
 // The part of a collective one channel carries.
 struct RingParams {
   Collective coll = Collective::kAllReduce;  // kAllReduce ... kReduce
@@ -32,7 +38,18 @@ struct RingParams {
   size_t length = 0;   // elements in the region
   size_t stride = 0;   // AG/RS: elements between rank segments (sendcount / recvcount)
   size_t chunk = 1;    // most elements per step (one staging slot)
+  RingHalf half = RingHalf::kBoth;  // all-reduce only
+  // AG/RS: the rank at each ring position, when the ring does not visit ranks in
+  // rank order (it enters each node once); null means position = rank.
+  const int* order = nullptr;
 };
+
+// All-reduce: the segment of [begin, begin + length) that the reduce-scatter
+// half leaves complete at ring position `pos` (and the all-gather half starts from).
+struct Segment {
+  size_t begin = 0, length = 0;
+};
+Segment ownedSegment(const RingParams& p);
 
 class RingSchedule {
  public:

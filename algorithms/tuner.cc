@@ -2,18 +2,27 @@
 
 #include <strings.h>
 
+#include <algorithm>
 #include <limits>
 
+#include "algorithms/tree.h"
 #include "base/error.h"
 
 namespace strata::algorithms {
 namespace {
 
+double transferUs(double bytes, const LinkModel& l) { return bytes / (l.bandwidthGBps * 1e3); }
+
+// The link a step of a ring or tree waits for: across nodes the network's.
+const LinkModel& slowest(const TuneRequest& r) { return r.nodes > 1 ? r.net : r.intra; }
+
 // Ring: 2(n-1) hops for all-reduce, n-1 for the others; each hop carries bytes/n
 // (a whole-buffer chain for broadcast and reduce), pipelined in slot-sized chunks.
+// Ranks are ordered by node, so each node link carries the ring once each way.
 double ringCost(const TuneRequest& r, Protocol) {
   int n = r.nranks;
-  if (n <= 1) return r.link.latencyUs;
+  const LinkModel& l = slowest(r);
+  if (n <= 1) return r.intra.latencyUs;
   double hops, wireBytes;
   switch (r.coll) {
     case Collective::kAllReduce:
@@ -30,25 +39,57 @@ double ringCost(const TuneRequest& r, Protocol) {
       wireBytes = static_cast<double>(n - 1) / n * r.bytes;
       break;
   }
-  return hops * r.link.latencyUs + wireBytes / (r.link.bandwidthGBps * 1e3);
+  return hops * l.latencyUs + transferUs(wireBytes, l);
+}
+
+// Double binary tree (all-reduce: up then down both trees, half the data each) and
+// one tree from the root (broadcast, reduce). An inner node sends to two children,
+// so the busiest link carries twice what a ring's does, for log2(n) hops instead of n.
+double treeCost(const TuneRequest& r, Protocol) {
+  const LinkModel& l = slowest(r);
+  double levels = treeDepth(r.nranks) - 1;
+  bool allReduce = r.coll == Collective::kAllReduce;
+  double hops = allReduce ? 2 * levels : levels;
+  return l.latencyUs * (hops + 1) + transferUs(2.0 * r.bytes, l);
+}
+
+// Hierarchical all-reduce: reduce-scatter inside each node, all-reduce across nodes
+// on L rails (each with 1/L of the data, all sharing the node link), all-gather
+// inside the node. The phases are pipelined in pieces, so the slower phase's
+// transfer time dominates.
+double hierarchicalCost(const TuneRequest& r, Protocol) {
+  int L = r.ranksPerNode, N = r.nodes;
+  double inside = 2.0 * (L - 1) * r.intra.latencyUs;
+  double across = 2.0 * (N - 1) * r.net.latencyUs;
+  double insideBytes = 2.0 * (L - 1) / L * r.bytes, acrossBytes = 2.0 * (N - 1) / N * r.bytes;
+  double a = transferUs(insideBytes, r.intra), b = transferUs(acrossBytes, r.net);
+  return inside + across + std::max(a, b) + 0.1 * std::min(a, b);
 }
 
 // One-shot all-reduce: one hop, but every rank writes its input to n-1 peers
-// and reads n-1 inputs back, so it moves (n-1) x bytes each way. LL skips the
-// FIFO handshake (a fifth of the hop latency, measured) and doubles the bytes.
+// and reads n-1 inputs back, so it moves (n-1) x bytes each way; across nodes a
+// node link carries L x (n - L) copies. LL skips the FIFO handshake (a fifth of
+// the hop latency, measured) and doubles the bytes.
 double oneShotCost(const TuneRequest& r, Protocol p) {
   int n = r.nranks;
+  if (r.nodes > 1) {
+    double L = r.ranksPerNode ? r.ranksPerNode : static_cast<double>(n) / r.nodes;
+    return r.net.latencyUs + (n - 1) * r.intra.latencyUs + transferUs(L * (n - L) * r.bytes, r.net);
+  }
   double bytes = 2.0 * (n > 1 ? n - 1 : 0) * r.bytes * (p == Protocol::kLL ? 2 : 1);
-  double latency = r.link.latencyUs * (p == Protocol::kLL ? 0.2 : 1.0);
-  return latency + bytes / (r.link.bandwidthGBps * 1e3);
+  double latency = r.intra.latencyUs * (p == Protocol::kLL ? 0.2 : 1.0);
+  return latency + transferUs(bytes, r.intra);
 }
 
 // Pairwise: every rank exchanges with its peers concurrently.
 double pairwiseCost(const TuneRequest& r, Protocol) {
   int n = r.nranks;
+  const LinkModel& l = slowest(r);
   double wireBytes = r.coll == Collective::kSendRecv ? r.bytes : static_cast<double>(n - 1) / n * r.bytes;
-  return r.link.latencyUs * (n > 1 ? n - 1 : 1) + wireBytes / (r.link.bandwidthGBps * 1e3);
+  return l.latencyUs * (n > 1 ? n - 1 : 1) + transferUs(wireBytes, l);
 }
+
+bool hierarchicalFits(const TuneRequest& r) { return r.nodes > 1 && r.ranksPerNode > 1; }
 
 }  // namespace
 
@@ -59,6 +100,8 @@ const std::vector<AlgorithmInfo>& algorithmRegistry() {
         Collective::kReduce},
        {Protocol::kSimple},
        ringCost},
+      {"Tree", {Collective::kAllReduce, Collective::kBroadcast, Collective::kReduce}, {Protocol::kSimple}, treeCost},
+      {"Hierarchical", {Collective::kAllReduce}, {Protocol::kSimple}, hierarchicalCost, hierarchicalFits},
       {"OneShot", {Collective::kAllReduce}, {Protocol::kSimple, Protocol::kLL}, oneShotCost},
       {"Pairwise",
        {Collective::kAllToAll, Collective::kGather, Collective::kScatter, Collective::kSendRecv},
@@ -117,7 +160,8 @@ Choice choose(const TuneRequest& req, const std::string& algoSpec, const std::st
     for (Collective c : a.collectives) fits |= c == req.coll;
     // Pairwise transfers are how point-to-point work is done, not a choice NCCL_ALGO makes.
     bool selectable = req.coll < Collective::kAllToAll;
-    if (!fits || (selectable && !listAllows(algoSpec, a.name, collectiveName(req.coll)))) continue;
+    if (!fits || (a.applies && !a.applies(req))) continue;
+    if (selectable && !listAllows(algoSpec, a.name, collectiveName(req.coll))) continue;
     for (Protocol p : a.protocols) {
       if (p == Protocol::kLL && !req.sharedMemory) continue;
       if (selectable && !listAllows(protoSpec, protocolName(p), collectiveName(req.coll))) continue;
@@ -129,7 +173,7 @@ Choice choose(const TuneRequest& req, const std::string& algoSpec, const std::st
     std::string have, set;
     for (const AlgorithmInfo& a : algorithmRegistry())
       for (Collective c : a.collectives)
-        if (c == req.coll) have += std::string(have.empty() ? "" : ", ") + a.name;
+        if (c == req.coll && (!a.applies || a.applies(req))) have += std::string(have.empty() ? "" : ", ") + a.name;
     if (!algoSpec.empty()) set = "NCCL_ALGO=" + algoSpec;
     if (!protoSpec.empty()) set += (set.empty() ? "" : " and ") + std::string("NCCL_PROTO=") + protoSpec;
     fail(ncclInvalidUsage, "%s %s no algorithm for %s (this build has %s for it, with protocol Simple%s)",

@@ -20,7 +20,10 @@ struct TuneRequest {
   Collective coll = Collective::kAllReduce;
   size_t bytes = 0;  // nccl-tests' "size": the larger of one rank's input and output
   int nranks = 1;
-  LinkModel link;
+  int nodes = 1;
+  int ranksPerNode = 1;  // 0 when nodes hold different numbers of ranks
+  LinkModel intra;       // between ranks of one node (per rank)
+  LinkModel net;         // across nodes: per node link, shared by the node's ranks
   bool sharedMemory = false;  // every rank maps every other rank's memory: LL is possible
 };
 
@@ -43,6 +46,7 @@ struct AlgorithmInfo {
   std::vector<Collective> collectives;
   std::vector<Protocol> protocols;
   double (*costUs)(const TuneRequest&, Protocol);
+  bool (*applies)(const TuneRequest&) = nullptr;  // null: wherever the collective fits
 };
 
 // Every algorithm this build has.

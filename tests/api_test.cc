@@ -162,10 +162,11 @@ TEST(Api, AlgorithmListsAreHonoured) {
   ncclComm_t comm;
   ASSERT_EQ(ncclCommInitAll(&comm, 1, nullptr), ncclSuccess);
   float a = 1, b = 0;
-  setenv("NCCL_ALGO", "Tree", 1);
+  setenv("NCCL_ALGO", "NVLS", 1);
   reloadEnvironment();
   EXPECT_EQ(ncclAllReduce(&a, &b, 1, ncclFloat, ncclSum, comm, nullptr), ncclInvalidUsage);
-  EXPECT_NE(lastError().find("NCCL_ALGO=Tree leaves no algorithm for AllReduce"), std::string::npos) << lastError();
+  EXPECT_NE(lastError().find("NCCL_ALGO=NVLS leaves no algorithm for AllReduce"), std::string::npos) << lastError();
+  EXPECT_NE(lastError().find("this build has Ring, Tree, OneShot for it"), std::string::npos) << lastError();
   setenv("NCCL_ALGO", "^Tree", 1);
   reloadEnvironment();
   EXPECT_EQ(ncclAllReduce(&a, &b, 1, ncclFloat, ncclSum, comm, nullptr), ncclSuccess);

@@ -104,13 +104,13 @@ class Parser {
     integer(name, &n, 0, 1);
     *field = n != 0;
   }
-  void seconds(const char* name, double* field) {
+  void positive(const char* name, double* field, const char* what) {
     const char* v = get(name);
     if (!v) return;
     char* end = nullptr;
     double d = strtod(v, &end);
     if (end == v || *end != '\0' || d <= 0) {
-      cfg_->warnings.push_back(format("%s=%s is not a positive number of seconds; using %g", name, v, *field));
+      cfg_->warnings.push_back(format("%s=%s is not a positive number of %s; using %g", name, v, what, *field));
       return;
     }
     *field = d;
@@ -154,7 +154,8 @@ Config Config::parse(const std::function<const char*(const char*)>& lookup) {
   p.integer("NCCL_MAX_NCHANNELS", &c.maxChannels, 1, 64);
   p.integer("NCCL_BUFFSIZE", &c.buffSize, 4096, 1ll << 30);
   p.integer("NCCL_COMM_BLOCKING", &c.commBlocking, 0, 1);
-  p.seconds("STRATA_TIMEOUT", &c.timeoutSec);
+  p.positive("STRATA_TIMEOUT", &c.timeoutSec, "seconds");
+  p.positive("STRATA_NET_GBPS", &c.netGBps, "GB/s");
   p.integer("STRATA_NSLOTS", &c.slots, 2, 64);
   p.integer("STRATA_SPIN", &c.spinCount, 0, 1 << 24);
   if (c.minChannels > c.maxChannels) {

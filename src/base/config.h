@@ -44,6 +44,7 @@ struct Config {
   int commBlocking = -1;                    // NCCL_COMM_BLOCKING: 0/1 overrides ncclConfig_t.blocking
   double timeoutSec = 300;                  // STRATA_TIMEOUT: seconds any wait may last before it fails
   int slots = 8;                            // STRATA_NSLOTS: slots per connection (buffSize / slots per step)
+  double netGBps = 0;                       // STRATA_NET_GBPS: network rate per node for the tuner (0: the NIC's speed)
   int spinCount = 2000;                     // STRATA_SPIN: polls before a waiting rank yields, then sleeps
 
   std::vector<std::string> warnings;        // problems met while parsing; logged once logging is up

@@ -17,6 +17,7 @@ struct PeerInfo {
   uint64_t processHash = 0;  // hostHash + pid + pid namespace: equal means same process
   uint64_t machineHash = 0;  // hostname + boot id even under NCCL_HOSTID: who shares the cores
   SockAddr listenAddr;       // where this rank's process accepts bootstrap messages
+  double netGBps = 0;        // its network rate for the tuner (STRATA_NET_GBPS or the NIC's speed; 0 unknown)
   char hostname[64] = {};
   char bellName[64] = {};    // shared-memory doorbell that peers ring
 

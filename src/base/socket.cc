@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -41,6 +42,16 @@ std::string SockAddr::str() const {
 bool SockAddr::operator<(const SockAddr& o) const {
   if (len != o.len) return len < o.len;
   return memcmp(&u, &o.u, len) < 0;
+}
+
+double interfaceSpeedGBps(const std::string& ifname) {
+  std::string path = "/sys/class/net/" + ifname + "/speed";
+  FILE* f = fopen(path.c_str(), "r");
+  if (!f) return 0;
+  long mbps = -1;
+  if (fscanf(f, "%ld", &mbps) != 1) mbps = -1;
+  fclose(f);
+  return mbps > 0 ? mbps / 8000.0 : 0;
 }
 
 bool interfaceMatches(const std::string& spec, const std::string& name) {

@@ -34,6 +34,10 @@ struct SockAddr {
 // first non-loopback interface that is up, else loopback. Port 0.
 SockAddr chooseInterfaceAddress(const std::string& ifnameSpec, std::string* ifnameOut);
 
+// The link speed the kernel reports for an interface (/sys/class/net/NAME/speed),
+// in GB/s; 0 when it reports none (loopback, some virtual devices).
+double interfaceSpeedGBps(const std::string& ifname);
+
 // True when `name` is selected by an NCCL_SOCKET_IFNAME specification.
 bool interfaceMatches(const std::string& spec, const std::string& name);
 

@@ -13,13 +13,17 @@
 namespace strata::core {
 namespace {
 
-constexpr uint64_t kP2pConnection = 1ull << 32;   // connection id of the one p2p link per ordered pair
 constexpr uint64_t kMeshConnection = 2ull << 32;  // and of the one-shot mesh link
 // The mesh carries small messages only: a few small slots keep n-1 of them cheap.
 constexpr size_t kMeshSlotBytes = 64 << 10;
 constexpr int kMeshSlots = 4;
 constexpr uint64_t kLlRegion = 3ull << 32;  // connection id of the LL region
 constexpr size_t kLlRegionBytes = 2 * kLlWordsPerSlot * sizeof(uint64_t);
+// The network as the tuner sees it: one hop of a small message between two
+// namespaces of the test VMs (socket transport, measured; docs/design.md), and a
+// rate for interfaces that report none.
+constexpr double kNetHopUs = 30.0;
+constexpr double kDefaultNetGBps = 1.25;
 
 void copyString(char* dst, size_t cap, const std::string& s) {
   size_t n = std::min(cap - 1, s.size());
@@ -40,6 +44,13 @@ PeerInfo Communicator::describeSelf(int rank, const CommOptions& opts, std::shar
   self.processHash = processIdentity();
   self.machineHash = machineIdentity();
   self.listenAddr = PostOffice::instance().address();
+  if (config().netGBps > 0) {
+    self.netGBps = config().netGBps;
+  } else {
+    std::string ifname;
+    chooseInterfaceAddress(config().socketIfname, &ifname);
+    self.netGBps = interfaceSpeedGBps(ifname);
+  }
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   copyString(self.hostname, sizeof(self.hostname), host);
@@ -100,6 +111,7 @@ void Communicator::setup(std::vector<PeerInfo> peers, std::unique_ptr<Bootstrap>
   }
   oversubscribed_ = machineRanks > sysconf(_SC_NPROCESSORS_ONLN);
   sharedMemory_ = localRanks == nranks();
+  mapNodes();
   for (const PeerInfo& p : peers_)
     sharedMemory_ = sharedMemory_ && transport::selectTransport(peers_[rank_], p).sharesMemory();
   connectRing();
@@ -108,13 +120,52 @@ void Communicator::setup(std::vector<PeerInfo> peers, std::unique_ptr<Bootstrap>
               opts_.name.empty() ? "-" : opts_.name.c_str(), static_cast<unsigned long long>(magic()), rank_, nranks(),
               getpid(), numChannels(), slots_,
               slotBytes_, nranks() > 1 ? ", ring via " : "",
-              nranks() > 1 ? transport::selectTransport(peers_[rank_], peers_[(rank_ + 1) % nranks()]).name() : "");
+              nranks() > 1 ? transport::selectTransport(peers_[rank_], peers_[ringOrder_[(ringPos_[rank_] + 1) % nranks()]]).name() : "");
+}
+
+void Communicator::mapNodes() {
+  int n = nranks();
+  nodeOf_.assign(n, -1);
+  for (int r = 0; r < n; ++r) {
+    if (nodeOf_[r] >= 0) continue;
+    nodes_.emplace_back();
+    for (int s = r; s < n; ++s)
+      if (peers_[s].sameHost(peers_[r])) {
+        nodeOf_[s] = static_cast<int>(nodes_.size()) - 1;
+        nodes_.back().push_back(s);
+      }
+  }
+  ringPos_.assign(n, 0);
+  for (const std::vector<int>& node : nodes_)
+    for (int r : node) {
+      ringPos_[r] = static_cast<int>(ringOrder_.size());
+      ringOrder_.push_back(r);
+    }
+  // Every rank must choose alike: the slowest rank's figure counts.
+  netGBps_ = 0;
+  for (const PeerInfo& p : peers_)
+    if (p.netGBps > 0 && (netGBps_ == 0 || p.netGBps < netGBps_)) netGBps_ = p.netGBps;
+  if (netGBps_ == 0) netGBps_ = kDefaultNetGBps;
+  if (numNodes() > 1)
+    STRATA_INFO(kSubsysTuning, rank_, "network: this rank's interface %.3g GB/s%s; the tuner assumes %.3g GB/s",
+                peers_[rank_].netGBps, config().netGBps > 0 ? " (STRATA_NET_GBPS)" : "", netGBps_);
+  const std::vector<int>& mine = nodes_[nodeOf_[rank_]];
+  localRank_ = static_cast<int>(std::find(mine.begin(), mine.end(), rank_) - mine.begin());
+  if (numNodes() > 1)
+    STRATA_INFO(kSubsysInit, rank_, "%d nodes, %s ranks per node; this rank is local rank %d of node %d", numNodes(),
+                ranksPerNode() ? std::to_string(ranksPerNode()).c_str() : "uneven", localRank_, nodeOf_[rank_]);
+}
+
+int Communicator::ranksPerNode() const {
+  for (const std::vector<int>& node : nodes_)
+    if (node.size() != nodes_[0].size()) return 0;
+  return static_cast<int>(nodes_[0].size());
 }
 
 void Communicator::connectRing() {
   if (channels_.empty()) return;
-  int n = nranks();
-  int prev = (rank_ + n - 1) % n, next = (rank_ + 1) % n;
+  int n = nranks(), pos = ringPos_[rank_];
+  int prev = ringOrder_[(pos + n - 1) % n], next = ringOrder_[(pos + 1) % n];
   std::vector<std::pair<int, uint64_t>> recvFrom, sendTo;
   for (int c = 0; c < numChannels(); ++c) {
     recvFrom.push_back({prev, static_cast<uint64_t>(c)});
@@ -161,28 +212,28 @@ void Communicator::connect(const std::vector<std::pair<int, uint64_t>>& recvFrom
   }
 }
 
-void Communicator::listenP2p(const std::set<int>& recvPeers) {
-  std::vector<std::pair<int, uint64_t>> recvFrom;
-  for (int p : recvPeers)
-    if (!p2pRecv_.count(p)) recvFrom.push_back({p, kP2pConnection});
-  if (recvFrom.empty()) return;
+void Communicator::listenLinks(const std::set<LinkKey>& recvFrom) {
+  std::vector<LinkKey> fresh;
+  for (const LinkKey& k : recvFrom)
+    if (!linkRecv_.count(k)) fresh.push_back(k);
+  if (fresh.empty()) return;
   std::vector<std::unique_ptr<transport::RecvConnection>> recvs;
   std::vector<std::unique_ptr<transport::SendConnection>> none;
-  connect(recvFrom, {}, &recvs, &none, slotBytes_, slots_);
-  for (size_t i = 0; i < recvFrom.size(); ++i) p2pRecv_[recvFrom[i].first] = std::move(recvs[i]);
-  STRATA_INFO(kSubsysP2p, rank_, "p2p: receiving from %zu new peer(s)", recvFrom.size());
+  connect(fresh, {}, &recvs, &none, slotBytes_, slots_);
+  for (size_t i = 0; i < fresh.size(); ++i) linkRecv_[fresh[i]] = std::move(recvs[i]);
+  STRATA_INFO(kSubsysP2p, rank_, "links: receiving on %zu new link(s)", fresh.size());
 }
 
-void Communicator::connectP2p(const std::set<int>& sendPeers) {
-  std::vector<std::pair<int, uint64_t>> sendTo;
-  for (int p : sendPeers)
-    if (!p2pSend_.count(p)) sendTo.push_back({p, kP2pConnection});
-  if (sendTo.empty()) return;
+void Communicator::connectLinks(const std::set<LinkKey>& sendTo) {
+  std::vector<LinkKey> fresh;
+  for (const LinkKey& k : sendTo)
+    if (!linkSend_.count(k)) fresh.push_back(k);
+  if (fresh.empty()) return;
   std::vector<std::unique_ptr<transport::RecvConnection>> none;
   std::vector<std::unique_ptr<transport::SendConnection>> sends;
-  connect({}, sendTo, &none, &sends, slotBytes_, slots_);
-  for (size_t i = 0; i < sendTo.size(); ++i) p2pSend_[sendTo[i].first] = std::move(sends[i]);
-  STRATA_INFO(kSubsysP2p, rank_, "p2p: sending to %zu new peer(s)", sendTo.size());
+  connect({}, fresh, &none, &sends, slotBytes_, slots_);
+  for (size_t i = 0; i < fresh.size(); ++i) linkSend_[fresh[i]] = std::move(sends[i]);
+  STRATA_INFO(kSubsysP2p, rank_, "links: sending on %zu new link(s)", fresh.size());
 }
 
 std::vector<std::pair<int, uint64_t>> Communicator::everyPeer(uint64_t connection) const {
@@ -243,11 +294,10 @@ algorithms::Choice Communicator::choose(algorithms::Collective coll, size_t byte
   const Config& cfg = config();
   CachedChoice& c = choices_[(bytes * 31 + static_cast<size_t>(coll)) % choices_.size()];
   if (c.config != &cfg || c.coll != coll || c.bytes != bytes) {
-    algorithms::TuneRequest req{coll, bytes, nranks(), linkModel(), sharedMemory_};
-    c.choice = algorithms::choose(req, cfg.algo, cfg.proto);  // throws before caching
-    STRATA_INFO(kSubsysTuning, rank_, "%s: %zu bytes on %d ranks -> %s/%s, estimated %.1f us",
-                algorithms::collectiveName(coll), bytes, nranks(), c.choice.algorithm, c.choice.protocol,
-                c.choice.estimatedUs);
+    c.choice = algorithms::choose(tuneRequest(coll, bytes), cfg.algo, cfg.proto);  // throws before caching
+    STRATA_INFO(kSubsysTuning, rank_, "%s: %zu bytes on %d ranks (%d node(s)) -> %s/%s, estimated %.1f us",
+                algorithms::collectiveName(coll), bytes, nranks(), numNodes(), c.choice.algorithm,
+                c.choice.protocol, c.choice.estimatedUs);
     c.config = &cfg;
     c.coll = coll;
     c.bytes = bytes;
@@ -255,17 +305,26 @@ algorithms::Choice Communicator::choose(algorithms::Collective coll, size_t byte
   return c.choice;
 }
 
-algorithms::LinkModel Communicator::linkModel() const {
+algorithms::TuneRequest Communicator::tuneRequest(algorithms::Collective coll, size_t bytes) const {
+  algorithms::TuneRequest req;
+  req.coll = coll;
+  req.bytes = bytes;
+  req.nranks = nranks();
+  req.nodes = numNodes();
+  req.ranksPerNode = ranksPerNode();
+  req.sharedMemory = sharedMemory_;
   // Staged copies cost a write into the slot and a read out of it; figures measured
   // on the 2-core test VMs (docs/design.md has the numbers).
   bool sameProcess = nranks() > 1 && peers_[0].sameProcess(peers_[nranks() - 1]);
-  return sameProcess ? algorithms::LinkModel{0.5, 6.0} : algorithms::LinkModel{1.0, 5.0};
+  req.intra = sameProcess ? algorithms::LinkModel{0.5, 6.0} : algorithms::LinkModel{1.0, 5.0};
+  req.net = algorithms::LinkModel{kNetHopUs, netGBps_};
+  return req;
 }
 
 bool Communicator::sendsFlushed() {
   for (Channel& ch : channels_)
     if (ch.toNext && !ch.toNext->flushed()) return false;
-  for (auto& [peer, c] : p2pSend_)
+  for (auto& [key, c] : linkSend_)
     if (!c->flushed()) return false;
   for (auto& c : meshSend_)
     if (c && !c->flushed()) return false;
@@ -277,8 +336,8 @@ void Communicator::abortConnections() {
     if (ch.toNext) ch.toNext->abort();
     if (ch.fromPrev) ch.fromPrev->abort();
   }
-  for (auto& [peer, c] : p2pSend_) c->abort();
-  for (auto& [peer, c] : p2pRecv_) c->abort();
+  for (auto& [key, c] : linkSend_) c->abort();
+  for (auto& [key, c] : linkRecv_) c->abort();
   for (auto& c : meshSend_)
     if (c) c->abort();
   for (auto& c : meshRecv_)

@@ -27,6 +27,13 @@ struct Channel {
   std::unique_ptr<transport::SendConnection> toNext;
 };
 
+// Connection ids of the lazily opened links (the ring channels use 0..63).
+constexpr uint64_t kP2pLink = 1ull << 32;     // ncclSend / ncclRecv, one per ordered pair
+constexpr uint64_t kTreeLink = 4ull << 32;    // + tree index: tree edges
+constexpr uint64_t kHierRsLink = 5ull << 32;  // hierarchical: the ring inside a node, reduce-scatter half
+constexpr uint64_t kHierAgLink = 6ull << 32;  // and all-gather half
+constexpr uint64_t kRailLink = 7ull << 32;    // and the ring across nodes among equal local ranks
+
 // Options that come from ncclConfig_t and the call that creates the communicator.
 struct CommOptions {
   bool blocking = true;
@@ -58,7 +65,19 @@ class Communicator {
   size_t slotBytes() const { return slotBytes_; }
   int numChannels() const { return static_cast<int>(channels_.size()); }
   Channel& channel(int c) { return channels_[c]; }
-  algorithms::LinkModel linkModel() const;
+  // Where the ranks live: nodes (ranks with one host identity) in order of
+  // their lowest rank, and the ring order that visits each node's ranks together,
+  // so a ring enters and leaves every node once.
+  int numNodes() const { return static_cast<int>(nodes_.size()); }
+  const std::vector<int>& nodeRanks(int node) const { return nodes_[node]; }
+  int nodeOf(int r) const { return nodeOf_[r]; }
+  int localRank() const { return localRank_; }
+  // Ranks per node when every node has as many, else 0.
+  int ranksPerNode() const;
+  const std::vector<int>& ringOrder() const { return ringOrder_; }
+  int ringPos(int r) const { return ringPos_[r]; }
+  // The tuner's view of the communicator: ranks, nodes and link models.
+  algorithms::TuneRequest tuneRequest(algorithms::Collective coll, size_t bytes) const;
   // The tuner's choice for one operation, remembered for the last few sizes
   // (the configuration, hence NCCL_ALGO / NCCL_PROTO, is part of the key);
   // logged under NCCL_DEBUG_SUBSYS=TUNING when first made.
@@ -66,14 +85,17 @@ class Communicator {
   // True when this machine (its cores, whatever NCCL_HOSTID says) runs more ranks of the communicator than it has cores.
   bool oversubscribed() const { return oversubscribed_; }
 
-  // Opens point-to-point connections that are not open yet, in two phases so
-  // that one thread can set up several communicators: first every receiver
-  // publishes its handles (listenP2p), then every sender picks them up
-  // (connectP2p). Both sides of a pair must ask in the same group.
-  void listenP2p(const std::set<int>& recvPeers);
-  void connectP2p(const std::set<int>& sendPeers);
-  transport::SendConnection& p2pSend(int peer) { return *p2pSend_.at(peer); }
-  transport::RecvConnection& p2pRecv(int peer) { return *p2pRecv_.at(peer); }
+  // Opens links that are not open yet, in two phases so that one thread can
+  // set up several communicators: first every receiver publishes its handles
+  // (listenLinks), then every sender picks them up (connectLinks). Both sides
+  // of a link must ask in the same group.
+  // A link is one connection per (peer, id): id kP2pLink carries ncclSend/ncclRecv,
+  // the others belong to an algorithm (tree edges, the hierarchical rings).
+  using LinkKey = std::pair<int, uint64_t>;
+  void listenLinks(const std::set<LinkKey>& recvFrom);
+  void connectLinks(const std::set<LinkKey>& sendTo);
+  transport::SendConnection& linkSend(LinkKey k) { return *linkSend_.at(k); }
+  transport::RecvConnection& linkRecv(LinkKey k) { return *linkRecv_.at(k); }
 
   // The all-to-all mesh of small connections under the one-shot algorithm,
   // opened by every rank at its first one-shot operation, in the same two phases.
@@ -113,6 +135,7 @@ class Communicator {
   Communicator() = default;
   static PeerInfo describeSelf(int rank, const CommOptions& opts, std::shared_ptr<Doorbell>* bell);
   void setup(std::vector<PeerInfo> peers, std::unique_ptr<Bootstrap> bootstrap, const CommOptions& opts);
+  void mapNodes();
   void connectRing();
   // (peer, connection id) for every other rank.
   std::vector<std::pair<int, uint64_t>> everyPeer(uint64_t connection) const;
@@ -137,8 +160,12 @@ class Communicator {
   size_t slotBytes_ = 0;
   int slots_ = 0;
   std::vector<Channel> channels_;
-  std::map<int, std::unique_ptr<transport::SendConnection>> p2pSend_;
-  std::map<int, std::unique_ptr<transport::RecvConnection>> p2pRecv_;
+  std::vector<std::vector<int>> nodes_;
+  std::vector<int> nodeOf_, ringOrder_, ringPos_;
+  int localRank_ = 0;
+  double netGBps_ = 0;  // the network rate the tuner assumes (STRATA_NET_GBPS or the NIC's speed)
+  std::map<LinkKey, std::unique_ptr<transport::SendConnection>> linkSend_;
+  std::map<LinkKey, std::unique_ptr<transport::RecvConnection>> linkRecv_;
   std::vector<std::unique_ptr<transport::SendConnection>> meshSend_;  // by rank; null for this rank
   std::vector<std::unique_ptr<transport::RecvConnection>> meshRecv_;
   std::vector<transport::SendConnection*> meshSendPtrs_;

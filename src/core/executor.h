@@ -4,6 +4,7 @@
 // drive several communicators and no order of sends and receives deadlocks.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -37,11 +38,15 @@ class Executor {
     size_t bytes;
   };
   struct CommWork {
-    std::set<int> sendPeers, recvPeers;
+    std::set<Communicator::LinkKey> sendLinks, recvLinks;
+    bool mesh = false;                           // a one-shot operation needs the mesh
     std::vector<SelfCopy> selfSends, selfRecvs;  // vectors: a deque allocates even when empty
   };
 
+  // Plans (executor_plan.cc): each queues tasks on the lanes of the connections it uses.
   void addRing(Communicator& comm, const OpDesc& op);
+  void addTree(Communicator& comm, const OpDesc& op);
+  void addHierarchical(Communicator& comm, const OpDesc& op);
   void addOneShot(Communicator& comm, const OpDesc& op, bool ll);
   void addPairwise(Communicator& comm, const OpDesc& op);
   void addSend(Communicator& comm, const OpDesc& op, const char* buf, size_t bytes, int peer);
@@ -53,21 +58,15 @@ class Executor {
   void checkHealth(double idleSec);
   [[noreturn]] void failAll(ncclResult_t code, const std::string& msg);
 
-  std::map<std::tuple<Communicator*, int, int>, Lane> lanes_;
-  struct PendingP2p {  // becomes a task once run() has connected the pair
-    Communicator* comm;
-    int kind;
-    P2pTaskArgs args;
-  };
-
+  using LaneKey = std::tuple<Communicator*, int, int>;  // (communicator, kind, index)
+  std::map<LaneKey, Lane> lanes_;
   std::map<Communicator*, CommWork> work_;
-  std::vector<PendingP2p> pendingP2p_;
-  struct PendingOneShot {  // becomes a task once run() has opened the mesh
-    Communicator* comm;
-    OneShotArgs args;
-    bool ll;  // over the LL protocol rather than the mesh FIFOs
+  // A task that needs links or the mesh: made once run() has opened them.
+  struct Pending {
+    LaneKey lane;
+    std::function<std::unique_ptr<Task>()> make;
   };
-  std::vector<PendingOneShot> pendingOneShot_;
+  std::vector<Pending> pending_;
   bool allDone_ = false;
   std::vector<std::unique_ptr<char[]>> scratch_;
 };

@@ -40,6 +40,36 @@ struct RingTaskArgs {
 };
 std::unique_ptr<Task> makeRingTask(const RingTaskArgs& args);
 
+// A tree on one lane: partial results flow up from the leaves to the root
+// (all-reduce, reduce), then the result flows down (all-reduce, broadcast), in
+// slot-sized chunks, so going up and going down overlap.
+enum class TreeMode { kAllReduce, kReduce, kBroadcast };
+struct TreeTaskArgs {
+  const char* fn;
+  int rank;
+  TreeMode mode;
+  int parent;  // rank, or -1 at the root
+  std::vector<int> children;
+  // Connections: toParent/fromParent are null at the root; one per child in the others.
+  transport::SendConnection* toParent;
+  transport::RecvConnection* fromParent;
+  std::vector<transport::SendConnection*> toChildren;
+  std::vector<transport::RecvConnection*> fromChildren;
+  const char* sendbuff;
+  char* recvbuff;
+  size_t begin, length;  // the elements this tree carries
+  size_t chunk;          // elements per message
+  ncclDataType_t type;
+  device::ReduceOp op;
+};
+std::unique_ptr<Task> makeTreeTask(const TreeTaskArgs& args);
+
+// Runs a list of phases over pieces of one operation as a pipeline: phase k of
+// piece p starts once phase k-1 of piece p and phase k of piece p-1 are done
+// (each phase keeps its own connections, so pieces stay in order on every one).
+// tasks[p][k] is piece p's phase k.
+std::unique_ptr<Task> makePipelineTask(std::vector<std::vector<std::unique_ptr<Task>>> tasks);
+
 struct P2pTaskArgs {
   const char* fn;
   int rank;

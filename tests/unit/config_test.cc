@@ -103,11 +103,12 @@ TEST(Tuner, OneShotForSmallRingForLargeAndEstimatesGrowWithSize) {
 
 TEST(Tuner, ExcludingEverythingIsAnError) {
   algorithms::TuneRequest r;
-  EXPECT_THROW(algorithms::choose(r, "Tree", ""), Error);
+  EXPECT_THROW(algorithms::choose(r, "NVLS", ""), Error);
+  EXPECT_THROW(algorithms::choose(r, "Hierarchical", ""), Error);  // one node: it does not apply
   EXPECT_THROW(algorithms::choose(r, "", "LL"), Error);  // no shared memory in the request
   EXPECT_THROW(algorithms::choose(r, "Ring", "LL"), Error);
   r.coll = algorithms::Collective::kAllToAll;  // pairwise is not subject to NCCL_ALGO
-  EXPECT_NO_THROW(algorithms::choose(r, "Tree", ""));
+  EXPECT_NO_THROW(algorithms::choose(r, "NVLS", ""));
 }
 
 }  // namespace

@@ -3,7 +3,10 @@
 // contributions. Pure: no transport, no threads.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <deque>
+#include <functional>
+#include <numeric>
 #include <vector>
 
 #include "algorithms/ring_schedule.h"
@@ -27,7 +30,10 @@ struct RankState {
 Mask bit(int r) { return static_cast<Mask>(1) << r; }
 
 // Runs all ranks until none can move; returns false if some rank is stuck.
-bool simulate(Collective coll, int n, int root, size_t length, size_t chunk, std::vector<RankState>* ranks) {
+// `half` and `order` as in RingParams; `input(r, i)`, when given, replaces rank r's input values.
+bool simulate(Collective coll, int n, int root, size_t length, size_t chunk, std::vector<RankState>* ranks,
+              RingHalf half = RingHalf::kBoth, const int* order = nullptr,
+              const std::function<Mask(int, size_t)>& input = {}) {
   bool segmented = coll == Collective::kAllGather || coll == Collective::kReduceScatter;
   size_t inLen = coll == Collective::kReduceScatter ? length * n : length;
   size_t outLen = coll == Collective::kAllGather ? length * n : length;
@@ -35,9 +41,10 @@ bool simulate(Collective coll, int n, int root, size_t length, size_t chunk, std
   for (int r = 0; r < n; ++r) {
     RankState& s = (*ranks)[r];
     s.in.assign(inLen, 0);
-    for (size_t i = 0; i < inLen; ++i) s.in[i] = (coll == Collective::kBroadcast && r != root) ? 0 : bit(r);
+    for (size_t i = 0; i < inLen; ++i)
+      s.in[i] = input ? input(r, i) : (coll == Collective::kBroadcast && r != root) ? 0 : bit(r);
     s.out.assign(outLen, 0);
-    RingParams p{coll, n, r, root, 0, length, segmented ? length : 0, chunk};
+    RingParams p{coll, n, r, root, 0, length, segmented ? length : 0, chunk, half, order};
     RingSchedule sched(p);
     for (size_t i = 0; i < sched.numSteps(); ++i) s.steps.push_back(sched.step(i));
   }
@@ -104,6 +111,62 @@ TEST_P(RingScheduleTest, AllCollectivesDeliverExactlyOnce) {
       }
     }
   }
+}
+
+// The hierarchical all-reduce runs the halves apart: after the reduce-scatter half
+// each rank's owned segment is complete; the all-gather half spreads those segments.
+TEST_P(RingScheduleTest, HalvesComposeToAllReduce) {
+  int n = GetParam();
+  for (size_t length : {size_t{0}, size_t{1}, static_cast<size_t>(n), static_cast<size_t>(3 * n + 1)}) {
+    for (size_t chunk : {size_t{1}, size_t{3}}) {
+      SCOPED_TRACE("n=" + std::to_string(n) + " length=" + std::to_string(length) + " chunk=" + std::to_string(chunk));
+      std::vector<RankState> ranks;
+      ASSERT_TRUE(simulate(Collective::kAllReduce, n, 0, length, chunk, &ranks, RingHalf::kReduceScatter));
+      std::vector<Segment> owned(n);
+      for (int r = 0; r < n; ++r) {
+        owned[r] = ownedSegment(RingParams{Collective::kAllReduce, n, r, 0, 0, length, 0, chunk});
+        for (size_t i = owned[r].begin; i < owned[r].begin + owned[r].length; ++i)
+          ASSERT_TRUE(ranks[r].out[i] == everyone(n)) << "rank " << r << " element " << i;
+      }
+      size_t covered = 0;
+      for (const Segment& seg : owned) covered += seg.length;
+      EXPECT_EQ(covered, length);  // the owned segments tile the region
+      auto reduced = [&](int r, size_t i) {
+        return i >= owned[r].begin && i < owned[r].begin + owned[r].length ? everyone(n) : Mask{0};
+      };
+      ASSERT_TRUE(simulate(Collective::kAllReduce, n, 0, length, chunk, &ranks, RingHalf::kAllGather, nullptr, reduced));
+      for (int r = 0; r < n; ++r) {
+        for (size_t i = 0; i < length; ++i) {
+          bool own = i >= owned[r].begin && i < owned[r].begin + owned[r].length;  // already in place
+          if (!own) {
+            ASSERT_TRUE(ranks[r].out[i] == everyone(n)) << "rank " << r << " element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// A ring that visits ranks out of rank order (node by node) still puts rank k's
+// segment at k: positions are simulated, order[pos] is the rank there.
+TEST_P(RingScheduleTest, SegmentsFollowTheRingOrder) {
+  int n = GetParam();
+  std::vector<int> order(n);
+  for (int p = 0; p < n; ++p) order[p] = (p % 2) * ((n + 1) / 2) + p / 2;  // 0, h, 1, h+1, ...
+  std::vector<int> posOf(n);
+  for (int p = 0; p < n; ++p) posOf[order[p]] = p;
+  std::vector<RankState> ranks;
+  size_t length = 3;
+  ASSERT_TRUE(simulate(Collective::kAllGather, n, 0, length, 2, &ranks, RingHalf::kBoth, order.data()));
+  for (int p = 0; p < n; ++p)
+    for (size_t i = 0; i < ranks[p].out.size(); ++i)
+      ASSERT_TRUE(ranks[p].out[i] == bit(posOf[i / length])) << "position " << p << " element " << i;
+  // Reduce-scatter: position p's input segment k holds bit(p) in element k; the
+  // result at position p must be segment order[p].
+  auto tagged = [&](int p, size_t i) { return i / length == static_cast<size_t>(order[p]) ? bit(p) : Mask{0}; };
+  ASSERT_TRUE(simulate(Collective::kReduceScatter, n, 0, length, 2, &ranks, RingHalf::kBoth, order.data(), tagged));
+  for (int p = 0; p < n; ++p)
+    for (Mask m : ranks[p].out) ASSERT_TRUE(m == bit(p)) << "position " << p;
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, RingScheduleTest, ::testing::Range(1, 65));
