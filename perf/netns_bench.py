@@ -49,7 +49,8 @@ def parse(text):
     for line in text.splitlines():
         f = line.split()
         if len(f) >= 13 and not line.startswith("#") and f[0].isdigit():
-            rows[int(f[0])] = (float(f[5]), float(f[6]), float(f[7]))  # out-of-place time (us), algbw, busbw
+            size, t = int(f[0]), float(f[5])  # out-of-place time (us); algbw from it, unrounded
+            rows[size] = (t, size / t / 1e3 if t > 0 else 0.0)
         if "-> " in line and "AllReduce" in line:  # the tuner's log line: "... N bytes ... -> Algo/Proto"
             words = line.split()
             size = int(words[words.index("bytes") - 1])

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -60,8 +61,11 @@ class SocketConnection {
       if (fd >= 0) close(fd);
   }
 
-  // Moves what the streams allow without blocking, unless another thread is at it.
+  // Moves what the streams allow without blocking, unless another thread is at
+  // it. Only sends need this: a receive is pumped by the task that waits on it,
+  // and polling idle receives costs a system call each per sweep.
   void progressIfFree() {
+    if (!backlog_.load(std::memory_order_relaxed)) return;
     std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
     if (lock.owns_lock()) pump();
   }
@@ -109,6 +113,7 @@ class SocketConnection {
   std::vector<int> fds_;
   std::vector<Cursor> cursors_;
   uint64_t head_ = 0, tail_ = 0;
+  std::atomic<bool> backlog_{false};  // a send with bytes its streams have not taken yet
   bool failed_ = false;
   int self_, peer_;
   std::mutex mu_;
@@ -165,7 +170,10 @@ class SocketSend final : public SendConnection, public SocketConnection {
           mh.msg_iovlen = n;
           ssize_t w = sendmsg(fds_[s], &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
           if (w < 0 && (errno == EAGAIN || errno == EINTR)) break;
-          if (w < 0) return streamFailed(strerror(errno), false);
+          if (w < 0) {
+            backlog_.store(false, std::memory_order_relaxed);
+            return streamFailed(strerror(errno), false);
+          }
           c.off += static_cast<size_t>(w);
         }
         if (c.off == streamBytes(s, c.msg)) {
@@ -176,6 +184,7 @@ class SocketSend final : public SendConnection, public SocketConnection {
       done = std::min(done, c.msg);
     }
     tail_ = done;
+    backlog_.store(!failed_ && tail_ != head_, std::memory_order_relaxed);
   }
 };
 
@@ -216,12 +225,9 @@ class SocketRecv final : public RecvConnection, public SocketConnection {
     for (uint32_t s = 0; s < streams(); ++s) {
       Cursor& c = cursors_[s];
       while (c.msg - tail_ < static_cast<uint64_t>(slots_)) {  // a free slot for it
-        if (s == 0 && c.off < kHeaderBytes) {
-          if (!readSome(s, c, kHeaderBytes)) break;
-          if (c.off < kHeaderBytes) break;
-          if (sizes_[c.msg % slots_] > slotBytes_)
-            return streamFailed("a message larger than a slot (the ranks' NCCL_BUFFSIZE differ?)", false);
-        }
+        if (s == 0 && c.off < kHeaderBytes && (!readSome(s, c, kHeaderBytes) || c.off < kHeaderBytes)) break;
+        if (s == 0 && sizes_[c.msg % slots_] > slotBytes_)
+          return streamFailed("a message larger than a slot (the ranks' NCCL_BUFFSIZE differ?)", false);
         if (s != 0 && !sizeKnown(c.msg)) break;
         size_t want = streamBytes(s, c.msg);
         if (c.off < want && (!readSome(s, c, want) || c.off < want)) break;
@@ -234,29 +240,55 @@ class SocketRecv final : public RecvConnection, public SocketConnection {
     head_ = done;
   }
 
-  // Reads what stream s has, up to `upto` bytes of the current message; false on would-block or failure.
+  // Reads what stream s has, up to `upto` bytes of the current message; false on
+  // would-block or failure. Stream 0 reads small needs through a staging buffer,
+  // so a header and its payload (and whatever follows) take one system call.
   bool readSome(uint32_t s, Cursor& c, size_t upto) {
     iovec iov[2];
     int n = remaining(s, c.msg, c.off, iov);
-    size_t cap = upto - c.off;  // never read past the header before its length is known
+    size_t cap = upto - c.off;  // never past the header before its length is known
     if (n > 0 && iov[0].iov_len >= cap) {
       iov[0].iov_len = cap;
       n = 1;
+    }
+    if (s == 0 && stageBegin_ == stageEnd_ && cap < kStageBytes) {
+      ssize_t r = recv(fds_[0], stage_.data(), stage_.size(), MSG_DONTWAIT);
+      if (!received(r, c)) return false;
+      stageBegin_ = 0;
+      stageEnd_ = static_cast<size_t>(r);
+    }
+    if (s == 0 && stageBegin_ < stageEnd_) {
+      for (int i = 0; i < n && stageBegin_ < stageEnd_; ++i) {
+        size_t k = std::min(iov[i].iov_len, stageEnd_ - stageBegin_);
+        memcpy(iov[i].iov_base, stage_.data() + stageBegin_, k);
+        stageBegin_ += k;
+        c.off += k;
+      }
+      return true;
     }
     msghdr mh{};
     mh.msg_iov = iov;
     mh.msg_iovlen = n;
     ssize_t r = recvmsg(fds_[s], &mh, MSG_DONTWAIT);
+    if (!received(r, c)) return false;
+    c.off += static_cast<size_t>(r);
+    return true;
+  }
+
+  // False on would-block or failure (then marks the connection failed).
+  bool received(ssize_t r, const Cursor& c) {
     if (r < 0 && (errno == EAGAIN || errno == EINTR)) return false;
     if (r <= 0) {
       streamFailed(r == 0 ? "the peer closed the stream in the middle of a message" : strerror(errno),
                    r == 0 && c.off == 0);
       return false;
     }
-    c.off += static_cast<size_t>(r);
     return true;
   }
 
+  static constexpr size_t kStageBytes = 16 << 10;
+  std::vector<char> stage_ = std::vector<char>(kStageBytes);
+  size_t stageBegin_ = 0, stageEnd_ = 0;  // bytes of stream 0 read but not yet placed
   DataListener& listener_;
   uint64_t token_;
 };
