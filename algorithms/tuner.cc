@@ -16,6 +16,10 @@ double transferUs(double bytes, const LinkModel& l) { return bytes / (l.bandwidt
 // The link a step of a ring or tree waits for: across nodes the network's.
 const LinkModel& slowest(const TuneRequest& r) { return r.nodes > 1 ? r.net : r.intra; }
 
+// A ring step across nodes both sends and receives through the kernel before the
+// next can start: 1.5 network hops (fitted on the 4 x 2 test bed, docs/design.md).
+constexpr double kRingStepHops = 1.5;
+
 // Ring: 2(n-1) hops for all-reduce, n-1 for the others; each hop carries bytes/n
 // (a whole-buffer chain for broadcast and reduce), pipelined in slot-sized chunks.
 // Ranks are ordered by node, so each node link carries the ring once each way.
@@ -39,7 +43,7 @@ double ringCost(const TuneRequest& r, Protocol) {
       wireBytes = static_cast<double>(n - 1) / n * r.bytes;
       break;
   }
-  return hops * l.latencyUs + transferUs(wireBytes, l);
+  return hops * l.latencyUs * (r.nodes > 1 ? kRingStepHops : 1.0) + transferUs(wireBytes, l);
 }
 
 // Double binary tree (all-reduce: up then down both trees, half the data each) and
@@ -60,7 +64,7 @@ double treeCost(const TuneRequest& r, Protocol) {
 double hierarchicalCost(const TuneRequest& r, Protocol) {
   int L = r.ranksPerNode, N = r.nodes;
   double inside = 2.0 * (L - 1) * r.intra.latencyUs;
-  double across = 2.0 * (N - 1) * r.net.latencyUs;
+  double across = 2.0 * (N - 1) * r.net.latencyUs * kRingStepHops;
   double insideBytes = 2.0 * (L - 1) / L * r.bytes, acrossBytes = 2.0 * (N - 1) / N * r.bytes;
   double a = transferUs(insideBytes, r.intra), b = transferUs(acrossBytes, r.net);
   return inside + across + std::max(a, b) + 0.1 * std::min(a, b);
@@ -68,13 +72,15 @@ double hierarchicalCost(const TuneRequest& r, Protocol) {
 
 // One-shot all-reduce: one hop, but every rank writes its input to n-1 peers
 // and reads n-1 inputs back, so it moves (n-1) x bytes each way; across nodes a
-// node link carries L x (n - L) copies. LL skips the FIFO handshake (a fifth of
-// the hop latency, measured) and doubles the bytes.
+// node link carries L x (n - L) copies, and each network message costs its
+// system calls (4/3 of a hop, fitted on the 4 x 2 test bed). LL skips the FIFO
+// handshake (a fifth of the hop latency, measured) and doubles the bytes.
 double oneShotCost(const TuneRequest& r, Protocol p) {
   int n = r.nranks;
   if (r.nodes > 1) {
     double L = r.ranksPerNode ? r.ranksPerNode : static_cast<double>(n) / r.nodes;
-    return r.net.latencyUs + (n - 1) * r.intra.latencyUs + transferUs(L * (n - L) * r.bytes, r.net);
+    double messages = (n - L) * r.net.latencyUs * 4 / 3 + (L - 1) * r.intra.latencyUs;
+    return r.net.latencyUs + messages + transferUs(L * (n - L) * r.bytes, r.net);
   }
   double bytes = 2.0 * (n > 1 ? n - 1 : 0) * r.bytes * (p == Protocol::kLL ? 2 : 1);
   double latency = r.intra.latencyUs * (p == Protocol::kLL ? 0.2 : 1.0);

@@ -134,9 +134,12 @@ def report(a, configs, results, choices, tcp):
     n = a.nodes * a.per_node
     print(f"# all-reduce, {a.nodes} nodes x {a.per_node} ranks, links {a.rate}, medians of {a.reps} runs "
           f"(time us / algbw GB/s)")
+    forced = [c for c in configs if c not in ("default", "mpi")]
     head = f"{'bytes':>10}" + "".join(f"{c:>22}" for c in configs)
-    if "default" in choices.values() or choices:
+    if choices:
         head += "   choice"
+    if forced and "default" in configs:
+        head += "   best forced, default/best time"
     print(head)
     sizes = sorted(results[configs[0]][0])
     for s in sizes:
@@ -147,6 +150,10 @@ def report(a, configs, results, choices, tcp):
             line += f"{t:>13.1f} {bw:>8.4f}"
         if choices:
             line += "   " + choices.get(s, "?")
+        if forced and "default" in configs:
+            med = {c: statistics.median(r[s][0] for r in results[c]) for c in forced + ["default"]}
+            best = min(forced, key=lambda c: med[c])
+            line += f"   {best} {med['default'] / med[best]:.2f}"
         print(line)
     if tcp:
         for mode in ("one-way", "bidir"):

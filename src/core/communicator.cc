@@ -24,6 +24,7 @@ constexpr size_t kLlRegionBytes = 2 * kLlWordsPerSlot * sizeof(uint64_t);
 // rate for interfaces that report none.
 constexpr double kNetHopUs = 30.0;
 constexpr double kDefaultNetGBps = 1.25;
+constexpr double kCrowdedHopUs = 20.0;
 
 void copyString(char* dst, size_t cap, const std::string& s) {
   size_t n = std::min(cap - 1, s.size());
@@ -318,6 +319,9 @@ algorithms::TuneRequest Communicator::tuneRequest(algorithms::Collective coll, s
   bool sameProcess = nranks() > 1 && peers_[0].sameProcess(peers_[nranks() - 1]);
   req.intra = sameProcess ? algorithms::LinkModel{0.5, 6.0} : algorithms::LinkModel{1.0, 5.0};
   req.net = algorithms::LinkModel{kNetHopUs, netGBps_};
+  // Across nodes with more ranks than cores, a hop inside a node waits for the
+  // scheduler too (fitted on the 4 x 2 test bed: docs/design.md).
+  if (numNodes() > 1 && oversubscribed_) req.intra.latencyUs = kCrowdedHopUs;
   return req;
 }
 

@@ -101,6 +101,30 @@ TEST(Tuner, OneShotForSmallRingForLargeAndEstimatesGrowWithSize) {
   EXPECT_LT(tiny.estimatedUs, large.estimatedUs);
 }
 
+// Across nodes the network decides: hierarchical moves S per node link where the
+// flat ring moves 2(n-1)/n x S, so it wins at large sizes; the tree and one-shot
+// need fewer network hops for tiny ones; and a slower network favours it earlier.
+TEST(Tuner, MultiNodeChoicesFollowTheNetwork) {
+  algorithms::TuneRequest r;
+  r.nranks = 8;
+  r.nodes = 4;
+  r.ranksPerNode = 2;
+  r.intra = {1.0, 5.0};
+  r.net = {30.0, 0.125};
+  r.bytes = 256 << 20;
+  EXPECT_STREQ(algorithms::choose(r, "", "").algorithm, "Hierarchical");
+  double hier = algorithms::choose(r, "Hierarchical", "").estimatedUs;
+  double ring = algorithms::choose(r, "Ring", "").estimatedUs;
+  EXPECT_NEAR(ring / hier, (2.0 * 7 / 8) / (2.0 * 3 / 4), 0.05);  // node-link bytes, ring vs rails
+  r.bytes = 8;
+  EXPECT_STRNE(algorithms::choose(r, "", "").algorithm, "Ring");  // 14 network hops
+  EXPECT_STREQ(algorithms::choose(r, "", "").protocol, "Simple");  // no LL across hosts
+  r.ranksPerNode = 0;  // uneven nodes: no hierarchical
+  r.bytes = 256 << 20;
+  EXPECT_THROW(algorithms::choose(r, "Hierarchical", ""), Error);
+  EXPECT_STREQ(algorithms::choose(r, "", "").algorithm, "Ring");
+}
+
 TEST(Tuner, ExcludingEverythingIsAnError) {
   algorithms::TuneRequest r;
   EXPECT_THROW(algorithms::choose(r, "NVLS", ""), Error);
