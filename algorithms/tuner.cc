@@ -19,6 +19,8 @@ const LinkModel& slowest(const TuneRequest& r) { return r.nodes > 1 ? r.net : r.
 // A ring step across nodes both sends and receives through the kernel before the
 // next can start: 1.5 network hops (fitted on the 4 x 2 test bed, docs/design.md).
 constexpr double kRingStepHops = 1.5;
+// A tree hop across nodes: 1.25 network hops (same fit).
+constexpr double kTreeStepHops = 1.25;
 
 // Ring: 2(n-1) hops for all-reduce, n-1 for the others; each hop carries bytes/n
 // (a whole-buffer chain for broadcast and reduce), pipelined in slot-sized chunks.
@@ -54,7 +56,7 @@ double treeCost(const TuneRequest& r, Protocol) {
   double levels = treeDepth(r.nranks) - 1;
   bool allReduce = r.coll == Collective::kAllReduce;
   double hops = allReduce ? 2 * levels : levels;
-  return l.latencyUs * (hops + 1) + transferUs(2.0 * r.bytes, l);
+  return l.latencyUs * (hops * (r.nodes > 1 ? kTreeStepHops : 1.0) + 1) + transferUs(2.0 * r.bytes, l);
 }
 
 // Hierarchical all-reduce: reduce-scatter inside each node, all-reduce across nodes
@@ -68,6 +70,17 @@ double hierarchicalCost(const TuneRequest& r, Protocol) {
   double insideBytes = 2.0 * (L - 1) / L * r.bytes, acrossBytes = 2.0 * (N - 1) / N * r.bytes;
   double a = transferUs(insideBytes, r.intra), b = transferUs(acrossBytes, r.net);
   return inside + across + std::max(a, b) + 0.1 * std::min(a, b);
+}
+
+// Leaders (small all-reduces across nodes): a chain reduce inside each node to its
+// first rank, one-shot among the N leaders, a chain broadcast back: (L-1) intra
+// hops each way and N-1 network messages per leader, each carrying S.
+double leadersCost(const TuneRequest& r, Protocol) {
+  double L = r.ranksPerNode ? r.ranksPerNode : static_cast<double>(r.nranks) / r.nodes;
+  int N = r.nodes;
+  double inside = 2 * (L - 1) * r.intra.latencyUs + 2 * transferUs(r.bytes, r.intra);
+  double across = r.net.latencyUs + (N - 2) * r.net.latencyUs * 4 / 3 + transferUs((N - 1) * double(r.bytes), r.net);
+  return inside + across;
 }
 
 // One-shot all-reduce: one hop, but every rank writes its input to n-1 peers
@@ -96,6 +109,7 @@ double pairwiseCost(const TuneRequest& r, Protocol) {
 }
 
 bool hierarchicalFits(const TuneRequest& r) { return r.nodes > 1 && r.ranksPerNode > 1; }
+bool multiNode(const TuneRequest& r) { return r.nodes > 1; }
 
 }  // namespace
 
@@ -108,6 +122,7 @@ const std::vector<AlgorithmInfo>& algorithmRegistry() {
        ringCost},
       {"Tree", {Collective::kAllReduce, Collective::kBroadcast, Collective::kReduce}, {Protocol::kSimple}, treeCost},
       {"Hierarchical", {Collective::kAllReduce}, {Protocol::kSimple}, hierarchicalCost, hierarchicalFits},
+      {"Leaders", {Collective::kAllReduce}, {Protocol::kSimple}, leadersCost, multiNode},
       {"OneShot", {Collective::kAllReduce}, {Protocol::kSimple, Protocol::kLL}, oneShotCost},
       {"Pairwise",
        {Collective::kAllToAll, Collective::kGather, Collective::kScatter, Collective::kSendRecv},

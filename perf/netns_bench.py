@@ -65,10 +65,11 @@ def run_config(name, args, a):
     if name == "mpi":
         tool += ["--backend", "mpi"]
         env.update(MPI_ENV)
-    elif name != "default":
+    elif name not in ("default", "choice"):
         env["NCCL_ALGO"] = f"allreduce:{name}"
-    if name == "default" and a.show_choice:
+    if name == "choice":  # one untimed pass that logs the tuner's picks
         env.update({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "TUNING"})
+        tool[tool.index("-n") + 1], tool[tool.index("-w") + 1] = "1", "0"
     if a.net_gbps and name != "mpi":
         env["STRATA_NET_GBPS"] = a.net_gbps
     return parse(launch(a.nodes, a.per_node, tool, env))
@@ -114,13 +115,11 @@ def main():
         subprocess.run([BED, "up", str(a.nodes), a.rate], check=True)
     try:
         results = {c: [] for c in configs}
-        choices = {}
+        choices = run_config("choice", configs, a)[1] if a.show_choice else {}
         tcp = []
         for rep in range(a.reps):
             for c in configs:
-                rows, ch = run_config(c, configs, a)
-                results[c].append(rows)
-                choices.update(ch)
+                results[c].append(run_config(c, configs, a)[0])
                 print(f"# rep {rep + 1}/{a.reps} {c}: done", file=sys.stderr, flush=True)
             if a.tcp_baseline:
                 tcp.append(tcp_baseline(a))

@@ -237,6 +237,24 @@ void Communicator::connectLinks(const std::set<LinkKey>& sendTo) {
   STRATA_INFO(kSubsysP2p, rank_, "links: sending on %zu new link(s)", fresh.size());
 }
 
+const std::vector<transport::SendConnection*>& Communicator::leaderSends() {
+  if (leaderSends_.empty()) {
+    leaderSends_.assign(numNodes(), nullptr);
+    for (int k = 0; k < numNodes(); ++k)
+      if (k != nodeOf(rank_)) leaderSends_[k] = &linkSend({nodes_[k][0], kLeaderLink});
+  }
+  return leaderSends_;
+}
+
+const std::vector<transport::RecvConnection*>& Communicator::leaderRecvs() {
+  if (leaderRecvs_.empty()) {
+    leaderRecvs_.assign(numNodes(), nullptr);
+    for (int k = 0; k < numNodes(); ++k)
+      if (k != nodeOf(rank_)) leaderRecvs_[k] = &linkRecv({nodes_[k][0], kLeaderLink});
+  }
+  return leaderRecvs_;
+}
+
 std::vector<std::pair<int, uint64_t>> Communicator::everyPeer(uint64_t connection) const {
   std::vector<std::pair<int, uint64_t>> v;
   for (int p = 0; p < nranks(); ++p)

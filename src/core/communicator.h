@@ -33,6 +33,7 @@ constexpr uint64_t kTreeLink = 4ull << 32;    // + tree index: tree edges
 constexpr uint64_t kHierRsLink = 5ull << 32;  // hierarchical: the ring inside a node, reduce-scatter half
 constexpr uint64_t kHierAgLink = 6ull << 32;  // and all-gather half
 constexpr uint64_t kRailLink = 7ull << 32;    // and the ring across nodes among equal local ranks
+constexpr uint64_t kLeaderLink = 8ull << 32;  // between the first ranks of the nodes (the Leaders algorithm)
 
 // Options that come from ncclConfig_t and the call that creates the communicator.
 struct CommOptions {
@@ -96,6 +97,10 @@ class Communicator {
   void connectLinks(const std::set<LinkKey>& sendTo);
   transport::SendConnection& linkSend(LinkKey k) { return *linkSend_.at(k); }
   transport::RecvConnection& linkRecv(LinkKey k) { return *linkRecv_.at(k); }
+  // The node leaders' (local rank 0's) links to each other, indexed by node (null
+  // for this node); only on a leader, once its kLeaderLink links are open.
+  const std::vector<transport::SendConnection*>& leaderSends();
+  const std::vector<transport::RecvConnection*>& leaderRecvs();
 
   // The all-to-all mesh of small connections under the one-shot algorithm,
   // opened by every rank at its first one-shot operation, in the same two phases.
@@ -166,6 +171,8 @@ class Communicator {
   double netGBps_ = 0;  // the network rate the tuner assumes (STRATA_NET_GBPS or the NIC's speed)
   std::map<LinkKey, std::unique_ptr<transport::SendConnection>> linkSend_;
   std::map<LinkKey, std::unique_ptr<transport::RecvConnection>> linkRecv_;
+  std::vector<transport::SendConnection*> leaderSends_;
+  std::vector<transport::RecvConnection*> leaderRecvs_;
   std::vector<std::unique_ptr<transport::SendConnection>> meshSend_;  // by rank; null for this rank
   std::vector<std::unique_ptr<transport::RecvConnection>> meshRecv_;
   std::vector<transport::SendConnection*> meshSendPtrs_;

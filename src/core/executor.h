@@ -47,6 +47,7 @@ class Executor {
   void addRing(Communicator& comm, const OpDesc& op);
   void addTree(Communicator& comm, const OpDesc& op);
   void addHierarchical(Communicator& comm, const OpDesc& op);
+  void addLeaders(Communicator& comm, const OpDesc& op);
   void addOneShot(Communicator& comm, const OpDesc& op, bool ll);
   void addPairwise(Communicator& comm, const OpDesc& op);
   void addSend(Communicator& comm, const OpDesc& op, const char* buf, size_t bytes, int peer);

@@ -46,6 +46,7 @@ void Executor::add(Communicator& comm, const OpDesc& op) {
       if (strcmp(c.algorithm, "OneShot") == 0) return addOneShot(comm, op, c.proto == algorithms::Protocol::kLL);
       if (strcmp(c.algorithm, "Tree") == 0) return addTree(comm, op);
       if (strcmp(c.algorithm, "Hierarchical") == 0) return addHierarchical(comm, op);
+      if (strcmp(c.algorithm, "Leaders") == 0) return addLeaders(comm, op);
       return addRing(comm, op);
   }
 }
@@ -203,6 +204,63 @@ void Executor::addHierarchical(Communicator& comm, const OpDesc& op) {
                                        &c->linkRecv({prevLocal, kHierAgLink}), &c->linkSend({nextLocal, kHierAgLink}),
                                        false}));
     }
+    return makePipelineTask(std::move(tasks));
+  }});
+}
+
+// Small all-reduces across nodes: reduce inside each node to its first rank (the
+// leader), one-shot among the leaders (one network message per pair of nodes, not
+// per pair of ranks), broadcast inside the node. Shares the hierarchical lane: the
+// ring links inside the node are the same.
+void Executor::addLeaders(Communicator& comm, const OpDesc& op) {
+  int node = comm.nodeOf(comm.rank()), li = comm.localRank(), N = comm.numNodes();
+  const std::vector<int>& local = comm.nodeRanks(node);
+  int L = static_cast<int>(local.size());
+  int prevLocal = local[(li + L - 1) % L], nextLocal = local[(li + 1) % L];
+  CommWork& w = work_[&comm];
+  if (L > 1)
+    for (uint64_t id : {kHierRsLink, kHierAgLink}) {
+      w.recvLinks.insert({prevLocal, id});
+      w.sendLinks.insert({nextLocal, id});
+    }
+  char* scratch = nullptr;
+  if (li == 0) {
+    for (int k = 0; k < N; ++k)
+      if (k != node) {
+        w.recvLinks.insert({comm.nodeRanks(k)[0], kLeaderLink});
+        w.sendLinks.insert({comm.nodeRanks(k)[0], kLeaderLink});
+      }
+    scratch_.emplace_back(new char[comm.slotBytes()]);
+    scratch = scratch_.back().get();
+  }
+  device::ReduceOp full = comm.resolveOp(op.op, op.type, op.fn), inside = full, across = full;
+  inside.postDivide = 0;  // avg divides once, among the leaders
+  across.preMultiply = false;
+  algorithms::RingParams ring;
+  ring.nranks = L;
+  ring.pos = li;
+  ring.length = op.count;
+  ring.chunk = comm.slotBytes() / device::dtypeSize(op.type);
+  auto* send = static_cast<const char*>(op.sendbuff);
+  auto* recv = static_cast<char*>(op.recvbuff);
+  int rank = comm.rank();
+  Communicator* c = &comm;
+  pending_.push_back({{c, kHierLane, 0}, [=]() {
+    std::vector<std::vector<std::unique_ptr<Task>>> tasks(1);
+    algorithms::RingParams reduce = ring, bcast = ring;
+    reduce.coll = algorithms::Collective::kReduce;
+    bcast.coll = algorithms::Collective::kBroadcast;
+    bool several = L > 1;
+    tasks[0].push_back(makeRingTask({op.fn, rank, prevLocal, nextLocal, reduce, send, recv, op.type, inside,
+                                     several ? &c->linkRecv({prevLocal, kHierRsLink}) : nullptr,
+                                     several ? &c->linkSend({nextLocal, kHierRsLink}) : nullptr, false}));
+    if (li == 0)
+      tasks[0].push_back(makeOneShotTask({op.fn, node, recv, recv, op.count, op.type, across, &c->leaderSends(),
+                                          &c->leaderRecvs(), scratch, c->slotBytes()}));
+    if (several)
+      tasks[0].push_back(makeRingTask({op.fn, rank, prevLocal, nextLocal, bcast, recv, recv, op.type, device::ReduceOp{},
+                                       &c->linkRecv({prevLocal, kHierAgLink}), &c->linkSend({nextLocal, kHierAgLink}),
+                                       false}));
     return makePipelineTask(std::move(tasks));
   }});
 }

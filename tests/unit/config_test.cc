@@ -117,7 +117,8 @@ TEST(Tuner, MultiNodeChoicesFollowTheNetwork) {
   double ring = algorithms::choose(r, "Ring", "").estimatedUs;
   EXPECT_NEAR(ring / hier, (2.0 * 7 / 8) / (2.0 * 3 / 4), 0.05);  // node-link bytes, ring vs rails
   r.bytes = 8;
-  EXPECT_STRNE(algorithms::choose(r, "", "").algorithm, "Ring");  // 14 network hops
+  EXPECT_STREQ(algorithms::choose(r, "", "").algorithm, "Leaders");  // 1 network message per node pair
+  EXPECT_STREQ(algorithms::choose(r, "^Leaders", "").algorithm, "Tree");  // 6 network hops, not the ring's 14
   EXPECT_STREQ(algorithms::choose(r, "", "").protocol, "Simple");  // no LL across hosts
   r.ranksPerNode = 0;  // uneven nodes: no hierarchical
   r.bytes = 256 << 20;
