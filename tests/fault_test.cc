@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "harness/ranks.h"
 #include "nccl.h"
 
 namespace {
@@ -90,6 +91,28 @@ TEST(Fault, KilledRankMakesOthersFailFast) {
   std::string prefix = "strata-" + std::to_string(pids[kVictim]) + "-";
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
     EXPECT_NE(entry.path().filename().string().rfind(prefix, 0), 0u) << entry.path() << " left behind";
+}
+
+// A rank that has done its part may destroy its communicator while others still
+// work: here the broadcast root leaves at once, rank 1 is late, and rank 2 (last
+// in the chain) waits for it well past a health check. Rank 2 must not take the
+// root's departure for a failure: it no longer needs the root.
+TEST(Fault, RankThatFinishedDoesNotFailOthers) {
+  auto results = strata::test::runRanks(
+      strata::test::Mode::kProcesses, 3,
+      [](int rank, int nranks, const ncclUniqueId& id) -> std::string {
+        ncclComm_t comm;
+        RANK_NCCL(ncclCommInitRank(&comm, nranks, id, rank));
+        std::vector<int> buf(256 << 10, rank == 0 ? 7 : 0);
+        if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(400));
+        RANK_NCCL(ncclBroadcast(buf.data(), buf.data(), buf.size(), ncclInt32, 0, comm, nullptr));
+        ncclCommDestroy(comm);
+        for (int v : buf)
+          if (v != 7) return "rank " + std::to_string(rank) + " got " + std::to_string(v);
+        return "";
+      },
+      60);
+  EXPECT_EQ(strata::test::failures(results), "");
 }
 
 }  // namespace

@@ -50,13 +50,10 @@ class LlOneShotTask final : public Task {
     return moved;
   }
   bool done() const override { return chunkIndex_ * chunk_ >= a_.count; }
-  int waitingOn() const override { return waitingOn_; }
+  int waitingOn() const override { return blocked_.peer; }
   const char* fn() const override { return a_.fn; }
-  bool peerAborted() const override {
-    for (int j = 0; j < n_; ++j)
-      if (j != a_.rank && ((*a_.to)[j]->peerAborted() || (*a_.from)[j]->peerAborted())) return true;
-    return false;
-  }
+  // LL waits only for words from peers; the mesh FIFO from the peer carries its abort flag.
+  bool peerAborted() const override { return blocked_.aborted(); }
 
  private:
   char* staging(int j) { return ll_.staging.data() + j * kLlWordsPerSlot * 4; }
@@ -94,7 +91,7 @@ class LlOneShotTask final : public Task {
         memcpy(into + 4 * got, &v, 4);
       }
       if (got < words) {
-        waitingOn_ = j;
+        blocked_.on(j, (*a_.from)[j]);
         all = false;
       }
     }
@@ -110,7 +107,7 @@ class LlOneShotTask final : public Task {
   bool sent_ = false;
   std::vector<size_t> got_;            // words received from each rank this round
   std::vector<const void*> inputs_;  // every rank's staged contribution, by rank
-  int waitingOn_ = -1;
+  Blocker blocked_;
 };
 
 }  // namespace

@@ -38,13 +38,9 @@ class OneShotTask final : public Task {
     return moved;
   }
   bool done() const override { return chunkIndex_ * chunk_ >= a_.count; }
-  int waitingOn() const override { return waitingOn_; }
+  int waitingOn() const override { return blocked_.peer; }
   const char* fn() const override { return a_.fn; }
-  bool peerAborted() const override {
-    for (int j = 0; j < n_; ++j)
-      if ((to_[j] && to_[j]->peerAborted()) || (from_[j] && from_[j]->peerAborted())) return true;
-    return false;
-  }
+  bool peerAborted() const override { return blocked_.aborted(); }
 
  private:
   // Sends to rank+1, rank+2, ... in turn (so the ranks do not all write to rank 0
@@ -55,7 +51,7 @@ class OneShotTask final : public Task {
       int j = (a_.rank + 1 + sent_) % n_;
       void* slot = to_[j]->trySlot();
       if (!slot) {
-        waitingOn_ = j;
+        blocked_.on(j, to_[j]);
         break;
       }
       memcpy(slot, a_.scratch, count * esize_);
@@ -72,7 +68,7 @@ class OneShotTask final : public Task {
       size_t got = 0;
       in_[j] = from_[j]->tryData(&got);
       if (!in_[j]) {
-        waitingOn_ = j;
+        blocked_.on(j, from_[j]);
         all = false;
         continue;
       }
@@ -93,7 +89,7 @@ class OneShotTask final : public Task {
   size_t chunkIndex_ = 0;
   int sent_ = 0;                  // peers this chunk has gone to
   std::vector<const void*> in_;   // every rank's contribution to this chunk, by rank (this rank's: scratch)
-  int waitingOn_ = -1;
+  Blocker blocked_;
 };
 
 }  // namespace

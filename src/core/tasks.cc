@@ -28,11 +28,9 @@ class RingTask final : public Task {
     return moved;
   }
   bool done() const override { return next_ == sched_.numSteps(); }
-  int waitingOn() const override { return waitingOn_; }
+  int waitingOn() const override { return blocked_.peer; }
   const char* fn() const override { return a_.fn; }
-  bool peerAborted() const override {
-    return (a_.fromPrev && a_.fromPrev->peerAborted()) || (a_.toNext && a_.toNext->peerAborted());
-  }
+  bool peerAborted() const override { return blocked_.aborted(); }
 
  private:
   bool tryStep(const algorithms::RingStep& s) {
@@ -42,7 +40,7 @@ class RingTask final : public Task {
       size_t got = 0;
       in = a_.fromPrev->tryData(&got);
       if (!in) {
-        waitingOn_ = a_.prevRank;
+        blocked_.on(a_.prevRank, a_.fromPrev);
         return false;
       }
       STRATA_REQUIRE(got == bytes, ncclInvalidUsage,
@@ -54,7 +52,7 @@ class RingTask final : public Task {
     if (s.send) {
       out = a_.toNext->trySlot();
       if (!out) {
-        waitingOn_ = a_.nextRank;
+        blocked_.on(a_.nextRank, a_.toNext);
         return false;
       }
     }
@@ -88,7 +86,7 @@ class RingTask final : public Task {
   size_t next_ = 0;
   bool haveStep_ = false;
   algorithms::RingStep step_;
-  int waitingOn_ = -1;
+  Blocker blocked_;
 };
 
 // Moves `bytes` through a connection in slot-sized messages.

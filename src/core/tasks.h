@@ -24,6 +24,27 @@ class Task {
   virtual const char* fn() const = 0;
 };
 
+// What a task last waited for: one rank and one connection. Only that
+// connection's peer giving up ends the task: a peer that finished its part and
+// destroyed its communicator has aborted its connections, but a task that no
+// longer needs that peer must not fail for it.
+struct Blocker {
+  int peer = -1;
+  const transport::SendConnection* send = nullptr;
+  const transport::RecvConnection* recv = nullptr;
+  void on(int p, const transport::SendConnection* c) {
+    peer = p;
+    send = c;
+    recv = nullptr;
+  }
+  void on(int p, const transport::RecvConnection* c) {
+    peer = p;
+    recv = c;
+    send = nullptr;
+  }
+  bool aborted() const { return send ? send->peerAborted() : recv && recv->peerAborted(); }
+};
+
 struct RingTaskArgs {
   const char* fn;
   int rank;

@@ -30,24 +30,21 @@ class TreeTask final : public Task {
     }
   }
   bool done() const override { return up_ == chunks_ && down_ == chunks_; }
-  int waitingOn() const override { return waitingOn_; }
+  int waitingOn() const override { return up_ < chunks_ ? upBlocked_.peer : downBlocked_.peer; }
   const char* fn() const override { return a_.fn; }
   bool peerAborted() const override {
-    bool aborted = (a_.toParent && a_.toParent->peerAborted()) || (a_.fromParent && a_.fromParent->peerAborted());
-    for (auto* c : a_.toChildren) aborted = aborted || c->peerAborted();
-    for (auto* c : a_.fromChildren) aborted = aborted || c->peerAborted();
-    return aborted;
+    return (up_ < chunks_ && upBlocked_.aborted()) || (down_ < chunks_ && downBlocked_.aborted());
   }
 
  private:
   size_t countOf(size_t k) const { return std::min(a_.chunk, a_.length - std::min(a_.length, k * a_.chunk)); }
   size_t offsetOf(size_t k) const { return (a_.begin + k * a_.chunk) * esize_; }
 
-  const void* received(transport::RecvConnection* from, int peer, size_t bytes) {
+  const void* received(transport::RecvConnection* from, int peer, size_t bytes, Blocker* blocked) {
     size_t got = 0;
     const void* d = from->tryData(&got);
     if (!d) {
-      waitingOn_ = peer;
+      blocked->on(peer, from);
       return nullptr;
     }
     STRATA_REQUIRE(got == bytes, ncclInvalidUsage,
@@ -63,10 +60,10 @@ class TreeTask final : public Task {
     size_t count = countOf(up_), bytes = count * esize_;
     const void* in[2] = {};
     for (size_t c = 0; c < a_.children.size(); ++c)
-      if (!(in[c] = received(a_.fromChildren[c], a_.children[c], bytes))) return false;
+      if (!(in[c] = received(a_.fromChildren[c], a_.children[c], bytes, &upBlocked_))) return false;
     void* target = a_.parent >= 0 ? a_.toParent->trySlot() : a_.recvbuff + offsetOf(up_);
     if (!target) {
-      waitingOn_ = a_.parent;
+      upBlocked_.on(a_.parent, a_.toParent);
       return false;
     }
     const char* local = a_.sendbuff + offsetOf(up_);
@@ -89,12 +86,12 @@ class TreeTask final : public Task {
     size_t count = countOf(down_), bytes = count * esize_;
     char* out = a_.recvbuff + offsetOf(down_);
     const void* src = out;  // the all-reduce root computed it in place
-    if (a_.parent >= 0 && !(src = received(a_.fromParent, a_.parent, bytes))) return false;
+    if (a_.parent >= 0 && !(src = received(a_.fromParent, a_.parent, bytes, &downBlocked_))) return false;
     if (a_.parent < 0 && a_.mode == TreeMode::kBroadcast) src = a_.sendbuff + offsetOf(down_);
     void* slots[2] = {};
     for (size_t c = 0; c < a_.children.size(); ++c)
       if (!(slots[c] = a_.toChildren[c]->trySlot())) {
-        waitingOn_ = a_.children[c];
+        downBlocked_.on(a_.children[c], a_.toChildren[c]);
         return false;
       }
     for (size_t c = 0; c < a_.children.size(); ++c) {
@@ -112,7 +109,7 @@ class TreeTask final : public Task {
   size_t esize_;
   size_t chunks_;
   size_t up_ = 0, down_ = 0;  // chunks done in each direction
-  int waitingOn_ = -1;
+  Blocker upBlocked_, downBlocked_;  // what the last step each way that could not move waited for
 };
 
 class PipelineTask final : public Task {

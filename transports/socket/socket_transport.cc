@@ -206,7 +206,13 @@ class SocketRecv final : public RecvConnection, public SocketConnection {
     pump();
   }
   void abort() override { shutdownStreams(); }
-  bool peerAborted() const override { return failed_; }
+  // The peer gave up, or closed every stream and this rank has taken every message
+  // that came before: whoever waits here now waits in vain. (A peer that finished its
+  // part and destroyed its communicator closes its streams between messages; what it
+  // sent before is still delivered.)
+  bool peerAborted() const override {
+    return failed_ || (closedStreams_.load(std::memory_order_relaxed) == streams() && head_ == tail_);
+  }
 
  private:
   bool connected() {
@@ -244,6 +250,7 @@ class SocketRecv final : public RecvConnection, public SocketConnection {
   // would-block or failure. Stream 0 reads small needs through a staging buffer,
   // so a header and its payload (and whatever follows) take one system call.
   bool readSome(uint32_t s, Cursor& c, size_t upto) {
+    if (closed_[s] && !(s == 0 && stageBegin_ < stageEnd_)) return false;
     iovec iov[2];
     int n = remaining(s, c.msg, c.off, iov);
     size_t cap = upto - c.off;  // never past the header before its length is known
@@ -253,7 +260,7 @@ class SocketRecv final : public RecvConnection, public SocketConnection {
     }
     if (s == 0 && stageBegin_ == stageEnd_ && cap < kStageBytes) {
       ssize_t r = recv(fds_[0], stage_.data(), stage_.size(), MSG_DONTWAIT);
-      if (!received(r, c)) return false;
+      if (!received(s, r, c)) return false;
       stageBegin_ = 0;
       stageEnd_ = static_cast<size_t>(r);
     }
@@ -270,21 +277,28 @@ class SocketRecv final : public RecvConnection, public SocketConnection {
     mh.msg_iov = iov;
     mh.msg_iovlen = n;
     ssize_t r = recvmsg(fds_[s], &mh, MSG_DONTWAIT);
-    if (!received(r, c)) return false;
+    if (!received(s, r, c)) return false;
     c.off += static_cast<size_t>(r);
     return true;
   }
 
-  // False on would-block or failure (then marks the connection failed).
-  bool received(ssize_t r, const Cursor& c) {
+  // False on would-block, end of stream or failure. The end of a stream between
+  // messages closes that stream (the peer is done with it); anywhere else, and any
+  // error, fails the connection.
+  bool received(uint32_t s, ssize_t r, const Cursor& c) {
     if (r < 0 && (errno == EAGAIN || errno == EINTR)) return false;
-    if (r <= 0) {
-      streamFailed(r == 0 ? "the peer closed the stream in the middle of a message" : strerror(errno),
-                   r == 0 && c.off == 0);
+    if (r == 0 && c.off == 0) {
+      closed_[s] = true;
+      closedStreams_.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
-    return true;
+    if (r <= 0)
+      streamFailed(r == 0 ? "the peer closed the stream in the middle of a message" : strerror(errno), false);
+    return r > 0;
   }
+
+  std::vector<bool> closed_ = std::vector<bool>(streams(), false);  // per stream: the peer closed it between messages
+  std::atomic<uint32_t> closedStreams_{0};
 
   static constexpr size_t kStageBytes = 16 << 10;
   std::vector<char> stage_ = std::vector<char>(kStageBytes);
