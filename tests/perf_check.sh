@@ -12,7 +12,9 @@ fi
 rc=$?
 echo "$out" | tail -n 8
 [ $rc -eq 0 ] || { echo "perf_check: $tool exited $rc"; exit 1; }
-echo "$out" | grep -q "Out of bounds values : 0 OK" || { echo "perf_check: wrong values"; exit 1; }
-rows=$(echo "$out" | grep -c '^ ')
+# Here-strings, not pipes: with pipefail, `echo | grep -q` fails whenever grep exits
+# before echo has written everything (SIGPIPE), which a long table makes likely.
+grep -q "Out of bounds values : 0 OK" <<< "$out" || { echo "perf_check: wrong values"; exit 1; }
+rows=$(grep -c '^ ' <<< "$out")
 [ "$rows" -gt 0 ] || { echo "perf_check: no result rows"; exit 1; }
 echo "perf_check: $rows rows, no wrong values"
