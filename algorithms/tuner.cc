@@ -21,6 +21,14 @@ const LinkModel& slowest(const TuneRequest& r) { return r.nodes > 1 ? r.net : r.
 constexpr double kRingStepHops = 1.5;
 // A tree hop across nodes: 1.25 network hops (same fit).
 constexpr double kTreeStepHops = 1.25;
+// Each further message a rank sends across nodes in one step costs its system
+// calls: 4/3 of a network hop (same fit).
+constexpr double kNetMessageHops = 4.0 / 3;
+
+// Ranks per node, or the average when nodes differ.
+double ranksPerNode(const TuneRequest& r) {
+  return r.ranksPerNode ? r.ranksPerNode : static_cast<double>(r.nranks) / r.nodes;
+}
 
 // Ring: 2(n-1) hops for all-reduce, n-1 for the others; each hop carries bytes/n
 // (a whole-buffer chain for broadcast and reduce), pipelined in slot-sized chunks.
@@ -76,23 +84,24 @@ double hierarchicalCost(const TuneRequest& r, Protocol) {
 // first rank, one-shot among the N leaders, a chain broadcast back: (L-1) intra
 // hops each way and N-1 network messages per leader, each carrying S.
 double leadersCost(const TuneRequest& r, Protocol) {
-  double L = r.ranksPerNode ? r.ranksPerNode : static_cast<double>(r.nranks) / r.nodes;
+  double L = ranksPerNode(r);
   int N = r.nodes;
   double inside = 2 * (L - 1) * r.intra.latencyUs + 2 * transferUs(r.bytes, r.intra);
-  double across = r.net.latencyUs + (N - 2) * r.net.latencyUs * 4 / 3 + transferUs((N - 1) * double(r.bytes), r.net);
+  double across =
+      r.net.latencyUs * (1 + (N - 2) * kNetMessageHops) + transferUs((N - 1) * double(r.bytes), r.net);
   return inside + across;
 }
 
 // One-shot all-reduce: one hop, but every rank writes its input to n-1 peers
 // and reads n-1 inputs back, so it moves (n-1) x bytes each way; across nodes a
 // node link carries L x (n - L) copies, and each network message costs its
-// system calls (4/3 of a hop, fitted on the 4 x 2 test bed). LL skips the FIFO
+// system calls. LL skips the FIFO
 // handshake (a fifth of the hop latency, measured) and doubles the bytes.
 double oneShotCost(const TuneRequest& r, Protocol p) {
   int n = r.nranks;
   if (r.nodes > 1) {
-    double L = r.ranksPerNode ? r.ranksPerNode : static_cast<double>(n) / r.nodes;
-    double messages = (n - L) * r.net.latencyUs * 4 / 3 + (L - 1) * r.intra.latencyUs;
+    double L = ranksPerNode(r);
+    double messages = (n - L) * r.net.latencyUs * kNetMessageHops + (L - 1) * r.intra.latencyUs;
     return r.net.latencyUs + messages + transferUs(L * (n - L) * r.bytes, r.net);
   }
   double bytes = 2.0 * (n > 1 ? n - 1 : 0) * r.bytes * (p == Protocol::kLL ? 2 : 1);

@@ -177,4 +177,12 @@ std::string runAll(ncclComm_t comm, int rank, int n) {
   return "";
 }
 
+std::string runAllOnNewComm(int rank, int nranks, const ncclUniqueId& id) {
+  ncclComm_t comm;
+  RANK_NCCL(ncclCommInitRank(&comm, nranks, id, rank));
+  std::string err = runAll(comm, rank, nranks);
+  ncclCommDestroy(comm);
+  return err;
+}
+
 }  // namespace strata::test

@@ -16,13 +16,7 @@ class Collectives : public ::testing::TestWithParam<std::tuple<Mode, int>> {};
 
 TEST_P(Collectives, ExactResults) {
   auto [mode, n] = GetParam();
-  auto results = runRanks(mode, n, [](int rank, int nranks, const ncclUniqueId& id) -> std::string {
-    ncclComm_t comm;
-    RANK_NCCL(ncclCommInitRank(&comm, nranks, id, rank));
-    std::string err = runAll(comm, rank, nranks);
-    ncclCommDestroy(comm);
-    return err;
-  }, 600);
+  auto results = runRanks(mode, n, runAllOnNewComm, 600);
   EXPECT_EQ(failures(results), "");
 }
 
@@ -43,13 +37,7 @@ TEST_P(FakeNodes, ExactResults) {
   auto [nodes, perNode] = GetParam();
   auto results = runRanks(
       Mode::kProcesses, nodes * perNode,
-      [](int rank, int nranks, const ncclUniqueId& id) -> std::string {
-        ncclComm_t comm;
-        RANK_NCCL(ncclCommInitRank(&comm, nranks, id, rank));
-        std::string err = runAll(comm, rank, nranks);
-        ncclCommDestroy(comm);
-        return err;
-      },
+      runAllOnNewComm,
       600,
       [nodes = nodes](int rank) {
         setenv("NCCL_HOSTID", ("fake-node" + std::to_string(rank % nodes)).c_str(), 1);

@@ -42,13 +42,7 @@ TEST_P(Netns, ExactResults) {
   int n = nodes * perNode;
   auto results = runRanks(
       Mode::kProcesses, n,
-      [](int rank, int nranks, const ncclUniqueId& id) -> std::string {
-        ncclComm_t comm;
-        RANK_NCCL(ncclCommInitRank(&comm, nranks, id, rank));
-        std::string err = runAll(comm, rank, nranks);
-        ncclCommDestroy(comm);
-        return err;
-      },
+      runAllOnNewComm,
       600, [perNode](int rank) { return enterNode(rank / perNode); });
   EXPECT_EQ(failures(results), "");
 }

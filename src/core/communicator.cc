@@ -237,22 +237,18 @@ void Communicator::connectLinks(const std::set<LinkKey>& sendTo) {
   STRATA_INFO(kSubsysP2p, rank_, "links: sending on %zu new link(s)", fresh.size());
 }
 
-const std::vector<transport::SendConnection*>& Communicator::leaderSends() {
-  if (leaderSends_.empty()) {
-    leaderSends_.assign(numNodes(), nullptr);
-    for (int k = 0; k < numNodes(); ++k)
-      if (k != nodeOf(rank_)) leaderSends_[k] = &linkSend({nodes_[k][0], kLeaderLink});
+Communicator::LeaderMesh& Communicator::leaderMesh() {
+  if (leaders_.scratch.empty()) {
+    leaders_.sends.assign(numNodes(), nullptr);
+    leaders_.recvs.assign(numNodes(), nullptr);
+    for (int k = 0; k < numNodes(); ++k) {
+      if (k == nodeOf(rank_)) continue;
+      leaders_.sends[k] = &linkSend({nodes_[k][0], kLeaderLink});
+      leaders_.recvs[k] = &linkRecv({nodes_[k][0], kLeaderLink});
+    }
+    leaders_.scratch.resize(slotBytes_);
   }
-  return leaderSends_;
-}
-
-const std::vector<transport::RecvConnection*>& Communicator::leaderRecvs() {
-  if (leaderRecvs_.empty()) {
-    leaderRecvs_.assign(numNodes(), nullptr);
-    for (int k = 0; k < numNodes(); ++k)
-      if (k != nodeOf(rank_)) leaderRecvs_[k] = &linkRecv({nodes_[k][0], kLeaderLink});
-  }
-  return leaderRecvs_;
+  return leaders_;
 }
 
 std::vector<std::pair<int, uint64_t>> Communicator::everyPeer(uint64_t connection) const {

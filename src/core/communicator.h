@@ -97,10 +97,15 @@ class Communicator {
   void connectLinks(const std::set<LinkKey>& sendTo);
   transport::SendConnection& linkSend(LinkKey k) { return *linkSend_.at(k); }
   transport::RecvConnection& linkRecv(LinkKey k) { return *linkRecv_.at(k); }
-  // The node leaders' (local rank 0's) links to each other, indexed by node (null
-  // for this node); only on a leader, once its kLeaderLink links are open.
-  const std::vector<transport::SendConnection*>& leaderSends();
-  const std::vector<transport::RecvConnection*>& leaderRecvs();
+  // On a node leader (local rank 0), once its kLeaderLink links are open: the
+  // leaders' links to each other, indexed by node (null for this node), and one
+  // slot of scratch for the one-shot among them (its operations run one at a time).
+  struct LeaderMesh {
+    std::vector<transport::SendConnection*> sends;
+    std::vector<transport::RecvConnection*> recvs;
+    std::vector<char> scratch;
+  };
+  LeaderMesh& leaderMesh();
 
   // The all-to-all mesh of small connections under the one-shot algorithm,
   // opened by every rank at its first one-shot operation, in the same two phases.
@@ -171,8 +176,7 @@ class Communicator {
   double netGBps_ = 0;  // the network rate the tuner assumes (STRATA_NET_GBPS or the NIC's speed)
   std::map<LinkKey, std::unique_ptr<transport::SendConnection>> linkSend_;
   std::map<LinkKey, std::unique_ptr<transport::RecvConnection>> linkRecv_;
-  std::vector<transport::SendConnection*> leaderSends_;
-  std::vector<transport::RecvConnection*> leaderRecvs_;
+  LeaderMesh leaders_;
   std::vector<std::unique_ptr<transport::SendConnection>> meshSend_;  // by rank; null for this rank
   std::vector<std::unique_ptr<transport::RecvConnection>> meshRecv_;
   std::vector<transport::SendConnection*> meshSendPtrs_;

@@ -48,6 +48,7 @@ class Executor {
   void addTree(Communicator& comm, const OpDesc& op);
   void addHierarchical(Communicator& comm, const OpDesc& op);
   void addLeaders(Communicator& comm, const OpDesc& op);
+  std::pair<int, int> useNodeRing(Communicator& comm);
   void addOneShot(Communicator& comm, const OpDesc& op, bool ll);
   void addPairwise(Communicator& comm, const OpDesc& op);
   void addSend(Communicator& comm, const OpDesc& op, const char* buf, size_t bytes, int peer);

@@ -147,19 +147,29 @@ void Executor::addTree(Communicator& comm, const OpDesc& op) {
   }
 }
 
+// The ring inside this rank's node (previous and next rank), with its two links
+// (kHierRsLink, kHierAgLink) registered when the node has more than this rank.
+std::pair<int, int> Executor::useNodeRing(Communicator& comm) {
+  const std::vector<int>& local = comm.nodeRanks(comm.nodeOf(comm.rank()));
+  int L = static_cast<int>(local.size()), li = comm.localRank();
+  int prev = local[(li + L - 1) % L], next = local[(li + 1) % L];
+  CommWork& w = work_[&comm];
+  if (L > 1)
+    for (uint64_t id : {kHierRsLink, kHierAgLink}) {
+      w.recvLinks.insert({prev, id});
+      w.sendLinks.insert({next, id});
+    }
+  return {prev, next};
+}
+
 // Reduce-scatter inside the node, all-reduce across nodes among the ranks with
 // this local rank (a "rail": each carries 1/L of the data), all-gather inside the
 // node; pipelined over pieces, each phase on its own links.
 void Executor::addHierarchical(Communicator& comm, const OpDesc& op) {
   int L = comm.ranksPerNode(), N = comm.numNodes(), li = comm.localRank(), node = comm.nodeOf(comm.rank());
-  const std::vector<int>& local = comm.nodeRanks(node);
-  int prevLocal = local[(li + L - 1) % L], nextLocal = local[(li + 1) % L];
+  auto [prevLocal, nextLocal] = useNodeRing(comm);
   int prevRail = comm.nodeRanks((node + N - 1) % N)[li], nextRail = comm.nodeRanks((node + 1) % N)[li];
   CommWork& w = work_[&comm];
-  for (uint64_t id : {kHierRsLink, kHierAgLink}) {
-    w.recvLinks.insert({prevLocal, id});
-    w.sendLinks.insert({nextLocal, id});
-  }
   w.recvLinks.insert({prevRail, kRailLink});
   w.sendLinks.insert({nextRail, kRailLink});
 
@@ -214,25 +224,15 @@ void Executor::addHierarchical(Communicator& comm, const OpDesc& op) {
 // ring links inside the node are the same.
 void Executor::addLeaders(Communicator& comm, const OpDesc& op) {
   int node = comm.nodeOf(comm.rank()), li = comm.localRank(), N = comm.numNodes();
-  const std::vector<int>& local = comm.nodeRanks(node);
-  int L = static_cast<int>(local.size());
-  int prevLocal = local[(li + L - 1) % L], nextLocal = local[(li + 1) % L];
+  int L = static_cast<int>(comm.nodeRanks(node).size());
+  auto [prevLocal, nextLocal] = useNodeRing(comm);
   CommWork& w = work_[&comm];
-  if (L > 1)
-    for (uint64_t id : {kHierRsLink, kHierAgLink}) {
-      w.recvLinks.insert({prevLocal, id});
-      w.sendLinks.insert({nextLocal, id});
-    }
-  char* scratch = nullptr;
-  if (li == 0) {
+  if (li == 0)
     for (int k = 0; k < N; ++k)
       if (k != node) {
         w.recvLinks.insert({comm.nodeRanks(k)[0], kLeaderLink});
         w.sendLinks.insert({comm.nodeRanks(k)[0], kLeaderLink});
       }
-    scratch_.emplace_back(new char[comm.slotBytes()]);
-    scratch = scratch_.back().get();
-  }
   device::ReduceOp full = comm.resolveOp(op.op, op.type, op.fn), inside = full, across = full;
   inside.postDivide = 0;  // avg divides once, among the leaders
   across.preMultiply = false;
@@ -254,9 +254,11 @@ void Executor::addLeaders(Communicator& comm, const OpDesc& op) {
     tasks[0].push_back(makeRingTask({op.fn, rank, prevLocal, nextLocal, reduce, send, recv, op.type, inside,
                                      several ? &c->linkRecv({prevLocal, kHierRsLink}) : nullptr,
                                      several ? &c->linkSend({nextLocal, kHierRsLink}) : nullptr, false}));
-    if (li == 0)
-      tasks[0].push_back(makeOneShotTask({op.fn, node, recv, recv, op.count, op.type, across, &c->leaderSends(),
-                                          &c->leaderRecvs(), scratch, c->slotBytes()}));
+    if (li == 0) {
+      Communicator::LeaderMesh& m = c->leaderMesh();
+      tasks[0].push_back(makeOneShotTask({op.fn, node, recv, recv, op.count, op.type, across, &m.sends, &m.recvs,
+                                          m.scratch.data(), m.scratch.size()}));
+    }
     if (several)
       tasks[0].push_back(makeRingTask({op.fn, rank, prevLocal, nextLocal, bcast, recv, recv, op.type, device::ReduceOp{},
                                        &c->linkRecv({prevLocal, kHierAgLink}), &c->linkSend({nextLocal, kHierAgLink}),

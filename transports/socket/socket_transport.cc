@@ -211,7 +211,7 @@ class SocketRecv final : public RecvConnection, public SocketConnection {
   // part and destroyed its communicator closes its streams between messages; what it
   // sent before is still delivered.)
   bool peerAborted() const override {
-    return failed_ || (closedStreams_.load(std::memory_order_relaxed) == streams() && head_ == tail_);
+    return failed_ || (head_ == tail_ && std::find(closed_.begin(), closed_.end(), false) == closed_.end());
   }
 
  private:
@@ -289,7 +289,6 @@ class SocketRecv final : public RecvConnection, public SocketConnection {
     if (r < 0 && (errno == EAGAIN || errno == EINTR)) return false;
     if (r == 0 && c.off == 0) {
       closed_[s] = true;
-      closedStreams_.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
     if (r <= 0)
@@ -298,7 +297,6 @@ class SocketRecv final : public RecvConnection, public SocketConnection {
   }
 
   std::vector<bool> closed_ = std::vector<bool>(streams(), false);  // per stream: the peer closed it between messages
-  std::atomic<uint32_t> closedStreams_{0};
 
   static constexpr size_t kStageBytes = 16 << 10;
   std::vector<char> stage_ = std::vector<char>(kStageBytes);
