@@ -13,8 +13,12 @@ namespace {
 
 double transferUs(double bytes, const LinkModel& l) { return bytes / (l.bandwidthGBps * 1e3); }
 
-// The link a step of a ring or tree waits for: across nodes the network's.
-const LinkModel& slowest(const TuneRequest& r) { return r.nodes > 1 ? r.net : r.intra; }
+// The link a step of a ring or tree waits for: across nodes the network's
+// latency, and the lower of the two rates (a fast network can outrun NVLink).
+LinkModel slowest(const TuneRequest& r) {
+  if (r.nodes <= 1) return r.intra;
+  return LinkModel{r.net.latencyUs, std::min(r.net.bandwidthGBps, r.intra.bandwidthGBps)};
+}
 
 // A ring step across nodes both sends and receives through the kernel before the
 // next can start: 1.5 network hops (fitted on the 4 x 2 test bed, docs/design.md).
@@ -35,7 +39,7 @@ double ranksPerNode(const TuneRequest& r) {
 // Ranks are ordered by node, so each node link carries the ring once each way.
 double ringCost(const TuneRequest& r, Protocol) {
   int n = r.nranks;
-  const LinkModel& l = slowest(r);
+  const LinkModel l = slowest(r);
   if (n <= 1) return r.intra.latencyUs;
   double hops, wireBytes;
   switch (r.coll) {
@@ -60,7 +64,7 @@ double ringCost(const TuneRequest& r, Protocol) {
 // one tree from the root (broadcast, reduce). An inner node sends to two children,
 // so the busiest link carries twice what a ring's does, for log2(n) hops instead of n.
 double treeCost(const TuneRequest& r, Protocol) {
-  const LinkModel& l = slowest(r);
+  const LinkModel l = slowest(r);
   double levels = treeDepth(r.nranks) - 1;
   bool allReduce = r.coll == Collective::kAllReduce;
   double hops = allReduce ? 2 * levels : levels;
@@ -112,7 +116,7 @@ double oneShotCost(const TuneRequest& r, Protocol p) {
 // Pairwise: every rank exchanges with its peers concurrently.
 double pairwiseCost(const TuneRequest& r, Protocol) {
   int n = r.nranks;
-  const LinkModel& l = slowest(r);
+  const LinkModel l = slowest(r);
   double wireBytes = r.coll == Collective::kSendRecv ? r.bytes : static_cast<double>(n - 1) / n * r.bytes;
   return l.latencyUs * (n > 1 ? n - 1 : 1) + transferUs(wireBytes, l);
 }
@@ -195,7 +199,7 @@ Choice choose(const TuneRequest& req, const std::string& algoSpec, const std::st
     for (Protocol p : a.protocols) {
       if (p == Protocol::kLL && !req.sharedMemory) continue;
       if (selectable && !listAllows(protoSpec, protocolName(p), collectiveName(req.coll))) continue;
-      double t = a.costUs(req, p);
+      double t = req.launchUs + a.costUs(req, p);
       if (t < best.estimatedUs) best = Choice{a.name, protocolName(p), p, t};
     }
   }

@@ -25,6 +25,7 @@ struct TuneRequest {
   LinkModel intra;       // between ranks of one node (per rank)
   LinkModel net;         // across nodes: per node link, shared by the node's ranks
   bool sharedMemory = false;  // every rank maps every other rank's memory: LL is possible
+  double launchUs = 0;        // fixed cost of any operation (a kernel launch on GPUs); same for all choices
 };
 
 // Protocols: "Simple" moves whole slots through staging with a head/tail

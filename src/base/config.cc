@@ -158,6 +158,11 @@ Config Config::parse(const std::function<const char*(const char*)>& lookup) {
   p.positive("STRATA_NET_GBPS", &c.netGBps, "GB/s");
   p.integer("STRATA_NSLOTS", &c.slots, 2, 64);
   p.integer("STRATA_SPIN", &c.spinCount, 0, 1 << 24);
+  p.str("NCCL_TOPO_FILE", &c.topoFile);
+  p.str("NCCL_TOPO_DUMP_FILE", &c.topoDumpFile);
+  p.integer("NCCL_TOPO_DUMP_FILE_RANK", &c.topoDumpRank, 0, 1 << 30);
+  p.flag("NCCL_P2P_DISABLE", &c.p2pDisable);
+  p.str("NCCL_P2P_LEVEL", &c.p2pLevel);
   if (c.minChannels > c.maxChannels) {
     c.warnings.push_back(format("NCCL_MIN_NCHANNELS=%d exceeds NCCL_MAX_NCHANNELS=%d; using %d", c.minChannels,
                                 c.maxChannels, c.maxChannels));

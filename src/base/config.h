@@ -45,6 +45,11 @@ struct Config {
   double timeoutSec = 300;                  // STRATA_TIMEOUT: seconds any wait may last before it fails
   int slots = 8;                            // STRATA_NSLOTS: slots per connection (buffSize / slots per step)
   double netGBps = 0;                       // STRATA_NET_GBPS: network rate per node for the tuner (0: the NIC's speed)
+  std::string topoFile;                     // NCCL_TOPO_FILE: NCCL topology XML used instead of discovery
+  std::string topoDumpFile;                 // NCCL_TOPO_DUMP_FILE: where one rank writes the node's topology XML
+  int topoDumpRank = 0;                     // NCCL_TOPO_DUMP_FILE_RANK: the rank that writes it
+  bool p2pDisable = false;                  // NCCL_P2P_DISABLE=1: GPUs never talk directly (planner, cuda_ipc)
+  std::string p2pLevel;                     // NCCL_P2P_LEVEL: worst path class for direct GPU traffic (default PXB)
   int spinCount = 2000;                     // STRATA_SPIN: polls before a waiting rank yields, then sleeps
 
   std::vector<std::string> warnings;        // problems met while parsing; logged once logging is up

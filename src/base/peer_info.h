@@ -17,7 +17,9 @@ struct PeerInfo {
   uint64_t processHash = 0;  // hostHash + pid + pid namespace: equal means same process
   uint64_t machineHash = 0;  // hostname + boot id even under NCCL_HOSTID: who shares the cores
   SockAddr listenAddr;       // where this rank's process accepts bootstrap messages
-  double netGBps = 0;        // its network rate for the tuner (STRATA_NET_GBPS or the NIC's speed; 0 unknown)
+  double netGBps = 0;        // its network rate for the tuner (STRATA_NET_GBPS, its rail, or the NIC's speed; 0 unknown)
+  int rail = -1;             // the topology's network port it uses (NCCL_TOPO_FILE), -1: the socket interface
+  int numaNode = 0;          // the NUMA domain it runs on: ranks of a node are ringed in NUMA order
   char hostname[64] = {};
   char bellName[64] = {};    // shared-memory doorbell that peers ring
 

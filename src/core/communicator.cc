@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "base/config.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/shm_segment.h"
+#include "topology/local.h"
+#include "topology/planner.h"
 
 namespace strata::core {
 namespace {
@@ -45,8 +48,15 @@ PeerInfo Communicator::describeSelf(int rank, const CommOptions& opts, std::shar
   self.processHash = processIdentity();
   self.machineHash = machineIdentity();
   self.listenAddr = PostOffice::instance().address();
+  self.numaNode = topology::currentNumaNode();
+  auto topo = topology::localTopology(config().topoFile);  // throws for a bad NCCL_TOPO_FILE
+  std::vector<int> rails = topology::nearestNets(topo->sys, topology::cpuForNuma(topo->sys, self.numaNode));
   if (config().netGBps > 0) {
     self.netGBps = config().netGBps;
+  } else if (topo->fromFile && !rails.empty()) {
+    // The file describes this node's NICs: equally near ones are spread over consecutive ranks.
+    self.rail = rails[rank % rails.size()];
+    self.netGBps = topology::railTo(topo->sys, topology::cpuForNuma(topo->sys, self.numaNode), self.rail).second;
   } else {
     std::string ifname;
     chooseInterfaceAddress(config().socketIfname, &ifname);
@@ -113,6 +123,7 @@ void Communicator::setup(std::vector<PeerInfo> peers, std::unique_ptr<Bootstrap>
   oversubscribed_ = machineRanks > sysconf(_SC_NPROCESSORS_ONLN);
   sharedMemory_ = localRanks == nranks();
   mapNodes();
+  reportTopology();
   for (const PeerInfo& p : peers_)
     sharedMemory_ = sharedMemory_ && transport::selectTransport(peers_[rank_], p).sharesMemory();
   connectRing();
@@ -138,23 +149,63 @@ void Communicator::mapNodes() {
   }
   ringPos_.assign(n, 0);
   for (const std::vector<int>& node : nodes_)
-    for (int r : node) {
+    for (int r : ringOrderInNode(node, peers_)) {
       ringPos_[r] = static_cast<int>(ringOrder_.size());
       ringOrder_.push_back(r);
     }
-  // Every rank must choose alike: the slowest rank's figure counts.
+  // Every rank must choose alike, so this comes from peer info only: the slowest node counts.
   netGBps_ = 0;
-  for (const PeerInfo& p : peers_)
-    if (p.netGBps > 0 && (netGBps_ == 0 || p.netGBps < netGBps_)) netGBps_ = p.netGBps;
+  for (const std::vector<int>& node : nodes_) {
+    double rate = nodeNetGBps(node, peers_);
+    if (rate > 0 && (netGBps_ == 0 || rate < netGBps_)) netGBps_ = rate;
+  }
   if (netGBps_ == 0) netGBps_ = kDefaultNetGBps;
   if (numNodes() > 1)
-    STRATA_INFO(kSubsysTuning, rank_, "network: this rank's interface %.3g GB/s%s; the tuner assumes %.3g GB/s",
-                peers_[rank_].netGBps, config().netGBps > 0 ? " (STRATA_NET_GBPS)" : "", netGBps_);
+    STRATA_INFO(kSubsysTuning, rank_, "network: this rank's rate %.3g GB/s (%s); the tuner assumes %.3g GB/s per node",
+                peers_[rank_].netGBps,
+                config().netGBps > 0 ? "STRATA_NET_GBPS" : peers_[rank_].rail >= 0 ? "its rail in NCCL_TOPO_FILE" : "its interface",
+                netGBps_);
   const std::vector<int>& mine = nodes_[nodeOf_[rank_]];
   localRank_ = static_cast<int>(std::find(mine.begin(), mine.end(), rank_) - mine.begin());
   if (numNodes() > 1)
     STRATA_INFO(kSubsysInit, rank_, "%d nodes, %s ranks per node; this rank is local rank %d of node %d", numNodes(),
                 ranksPerNode() ? std::to_string(ranksPerNode()).c_str() : "uneven", localRank_, nodeOf_[rank_]);
+}
+
+void Communicator::reportTopology() {
+  const Config& cfg = config();
+  auto topo = topology::localTopology(cfg.topoFile);
+  const topology::System& sys = topo->sys;
+  const PeerInfo& me = peers_[rank_];
+  for (const std::string& w : topo->warnings) STRATA_INFO(kSubsysGraph, rank_, "topology: %s", w.c_str());
+  std::string rail = me.rail >= 0 ? format("; rail %s at %.1f GB/s", sys.label(me.rail).c_str(), me.netGBps) : "";
+  STRATA_INFO(kSubsysInit, rank_, "topology: %s: %zu CPU(s), %zu GPU(s), %zu NIC port(s); this rank runs on NUMA %d%s",
+              topo->source.c_str(), sys.ofType(topology::NodeType::kCpu).size(),
+              sys.ofType(topology::NodeType::kGpu).size(), sys.ofType(topology::NodeType::kNet).size(), me.numaNode,
+              rail.c_str());
+  if (!cfg.topoDumpFile.empty() && rank_ == cfg.topoDumpRank) {
+    topology::saveXmlFile(cfg.topoDumpFile, sys.xml());
+    STRATA_INFO(kSubsysInit, rank_, "topology: written to %s (NCCL_TOPO_DUMP_FILE)", cfg.topoDumpFile.c_str());
+  }
+}
+
+std::vector<int> ringOrderInNode(const std::vector<int>& node, const std::vector<PeerInfo>& peers) {
+  std::vector<int> order = node;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return peers[a].numaNode < peers[b].numaNode; });
+  return order;
+}
+
+double nodeNetGBps(const std::vector<int>& node, const std::vector<PeerInfo>& peers) {
+  std::map<int, double> rails;  // rail -> its slowest user's rate; -1: the one socket interface
+  for (int r : node) {
+    double v = peers[r].netGBps;
+    if (v <= 0) continue;
+    auto [it, fresh] = rails.emplace(peers[r].rail, v);
+    if (!fresh) it->second = std::min(it->second, v);
+  }
+  double sum = 0;
+  for (const auto& [rail, rate] : rails) sum += rate;
+  return sum;
 }
 
 int Communicator::ranksPerNode() const {

@@ -44,6 +44,11 @@ struct CommOptions {
   int maxChannels = 0;  // ncclConfig_t.maxCTAs, 0 = unset
 };
 
+// The ranks of one node in ring order: grouped by NUMA domain, then by rank.
+std::vector<int> ringOrderInNode(const std::vector<int>& node, const std::vector<PeerInfo>& peers);
+// A node's network rate: its ranks' distinct rails summed (one shared interface counts once).
+double nodeNetGBps(const std::vector<int>& node, const std::vector<PeerInfo>& peers);
+
 class Communicator {
  public:
   // A new communicator from the unique id(s), after the root rendezvous.
@@ -146,6 +151,7 @@ class Communicator {
   static PeerInfo describeSelf(int rank, const CommOptions& opts, std::shared_ptr<Doorbell>* bell);
   void setup(std::vector<PeerInfo> peers, std::unique_ptr<Bootstrap> bootstrap, const CommOptions& opts);
   void mapNodes();
+  void reportTopology();  // logs where the topology came from; writes NCCL_TOPO_DUMP_FILE
   void connectRing();
   // (peer, connection id) for every other rank.
   std::vector<std::pair<int, uint64_t>> everyPeer(uint64_t connection) const;

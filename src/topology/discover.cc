@@ -1,0 +1,110 @@
+#include "topology/discover.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "base/error.h"
+#include "topology/nvml.h"
+
+namespace strata::topology {
+namespace {
+
+XmlElement* findPci(XmlElement& e, const std::string& busid) {
+  for (XmlElement& c : e.children) {
+    if (c.name == "pci" && c.attrOr("busid", "") == busid) return &c;
+    if (XmlElement* f = findPci(c, busid)) return f;
+  }
+  return nullptr;
+}
+
+bool isBareGpu(const XmlElement& e) {
+  std::string cls = e.attrOr("class", "");
+  return e.name == "pci" && e.attrOr("vendor", "") == "0x10de" && cls.rfind("0x03", 0) == 0 && e.children.empty();
+}
+
+// GPUs hwloc saw on PCI but NVML did not describe: dropped, with a warning each.
+void dropBareGpus(XmlElement& e, std::vector<std::string>* warnings, const std::string& why) {
+  for (XmlElement& c : e.children) dropBareGpus(c, warnings, why);
+  auto bare = [&](const XmlElement& c) {
+    if (!isBareGpu(c)) return false;
+    warnings->push_back(format("GPU %s is on PCI but not described (%s); left out", c.attrOr("busid", "?").c_str(), why.c_str()));
+    return true;
+  };
+  e.children.erase(std::remove_if(e.children.begin(), e.children.end(), bare), e.children.end());
+}
+
+bool exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+void attachGpus(XmlElement& root, const std::vector<NvmlGpu>& gpus, std::vector<std::string>* warnings) {
+  // GPUDirect RDMA needs the peer-memory module.
+  bool gdr = exists("/sys/module/nvidia_peermem") || exists("/sys/kernel/mm/memory_peers/nv_mem/version");
+  for (const NvmlGpu& g : gpus) {
+    XmlElement* pci = findPci(root, g.busId);
+    if (!pci) {
+      warnings->push_back(format("GPU %s (NVML %d) is not on hwloc's PCI tree; placed under NUMA 0", g.busId.c_str(), g.index));
+      pci = &root.children.front().add("pci");
+      pci->set("busid", g.busId);
+      pci->set("class", "0x030200");
+      pci->set("vendor", "0x10de");
+    }
+    XmlElement& gpu = pci->add("gpu");
+    gpu.set("dev", std::to_string(g.index));
+    gpu.set("sm", std::to_string(g.sm));
+    gpu.set("gdr", gdr ? "1" : "0");
+    if (!g.noP2p.empty()) gpu.set("p2p", "0");
+    for (const auto& [target, count] : g.nvlinks) {
+      bool toGpu = std::any_of(gpus.begin(), gpus.end(), [&](const NvmlGpu& o) { return o.busId == target; });
+      XmlElement& l = gpu.add("nvlink");
+      l.set("target", target);
+      l.set("count", std::to_string(count));
+      l.set("tclass", toGpu ? "0x030200" : "0x068000");
+    }
+  }
+}
+
+}  // namespace
+
+XmlElement discoverLocalTopology(std::vector<std::string>* warnings) {
+  XmlElement root = hwlocTopology(warnings);
+  std::string why;
+  std::vector<NvmlGpu> gpus = probeNvmlGpus(&why);
+  attachGpus(root, gpus, warnings);
+  dropBareGpus(root, warnings, why.empty() ? "NVML did not list it" : why);
+  return root;
+}
+
+std::string presetDir() {
+  const char* env = getenv("STRATA_PRESET_DIR");
+  return env && *env ? env : STRATA_SOURCE_PRESET_DIR;
+}
+
+std::string resolvePreset(const std::string& nameOrPath) {
+  if (exists(nameOrPath)) return nameOrPath;
+  std::string dir = presetDir(), names, match;
+  if (DIR* d = opendir(dir.c_str())) {
+    std::vector<std::string> files;
+    while (dirent* e = readdir(d)) {
+      std::string f = e->d_name;
+      if (f.size() > 4 && f.substr(f.size() - 4) == ".xml") files.push_back(f);
+    }
+    closedir(d);
+    std::sort(files.begin(), files.end());
+    for (const std::string& f : files) {
+      std::string stem = f.substr(0, f.size() - 4);
+      names += (names.empty() ? "" : ", ") + stem;
+      if (match.empty() && (stem == nameOrPath || stem.rfind(nameOrPath + "-", 0) == 0)) match = dir + "/" + f;
+    }
+  }
+  if (match.empty())
+    fail(ncclInvalidUsage, "topology '%s': no such file, and no preset of that name in %s (presets: %s)",
+         nameOrPath.c_str(), dir.c_str(), names.empty() ? "none" : names.c_str());
+  return match;
+}
+
+}  // namespace strata::topology

@@ -1,0 +1,43 @@
+#include "topology/local.h"
+
+#include <sched.h>
+
+#include <map>
+#include <mutex>
+
+#include "topology/discover.h"
+
+namespace strata::topology {
+
+std::shared_ptr<const LocalTopology> localTopology(const std::string& file) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<const LocalTopology>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(file);
+  if (it != cache.end()) return it->second;
+  auto t = std::make_shared<LocalTopology>();
+  if (file.empty()) {
+    t->sys = System::fromXml(discoverLocalTopology(&t->warnings), "discovered");
+    t->source = "discovered (hwloc, NVML)";
+  } else {
+    t->sys = System::fromXml(loadXmlFile(file), file);
+    t->source = file;
+    t->fromFile = true;
+  }
+  cache[file] = t;
+  return t;
+}
+
+int currentNumaNode() {
+  unsigned cpu = 0, node = 0;
+  return getcpu(&cpu, &node) == 0 ? static_cast<int>(node) : 0;
+}
+
+int cpuForNuma(const System& sys, int numa) {
+  std::vector<int> cpus = sys.ofType(NodeType::kCpu);
+  for (int c : cpus)
+    if (sys.node(c).index == numa) return c;
+  return cpus.front();
+}
+
+}  // namespace strata::topology

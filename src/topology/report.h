@@ -1,0 +1,23 @@
+// The planner's output as text tables, as one JSON object, and as a comparison
+// of two topologies' plans.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "topology/predict.h"
+
+namespace strata::topology {
+
+std::string textReport(const std::string& source, const System& sys, const Plan& plan, int nodes,
+                       const std::vector<Prediction>& preds);
+std::string jsonReport(const std::string& source, const System& sys, const Plan& plan, int nodes,
+                       const std::vector<Prediction>& preds);
+// Where plan `b` (and its choices) differ from plan `a`, with each side's reason.
+std::string compareReport(const std::string& aName, const Plan& a, const std::vector<Prediction>& aPreds,
+                          const std::string& bName, const Plan& b, const std::vector<Prediction>& bPreds);
+
+// "8 B", "64 KiB", "8 GiB".
+std::string sizeLabel(size_t bytes);
+
+}  // namespace strata::topology

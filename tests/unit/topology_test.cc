@@ -1,0 +1,279 @@
+// The topology model, XML reader/writer, planner and predictions, on every preset
+// and on this machine.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "base/error.h"
+#include "core/communicator.h"
+#include "topology/discover.h"
+#include "topology/predict.h"
+#include "topology/report.h"
+
+namespace strata::topology {
+namespace {
+
+using algorithms::Collective;
+
+const char* kPresets[] = {"a100-sxm-8gpu", "a800-sxm-8gpu", "h100-sxm-8gpu",
+                          "h800-sxm-8gpu", "rtx4090-pcie-8gpu", "cpu-2socket"};
+
+System preset(const std::string& name) {
+  std::string path = resolvePreset(name);
+  return System::fromXml(loadXmlFile(path), path);
+}
+
+Plan planOf(const std::string& name, PlanOptions opts = {}) { return planNode(preset(name), opts); }
+
+std::string errorOf(const std::string& xml) {
+  try {
+    System::fromXml(parseXml(xml, "t.xml"), "t.xml");
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ncclInvalidUsage);
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(TopologyXml, EveryPresetRoundTrips) {
+  for (const char* name : kPresets) {
+    XmlElement first = loadXmlFile(resolvePreset(name));
+    std::string dumped = writeXml(first);
+    XmlElement second = parseXml(dumped, "dump");
+    EXPECT_EQ(first, second) << name;
+    EXPECT_EQ(dumped, writeXml(second)) << name;  // load -> dump -> load -> dump is byte-identical
+  }
+}
+
+TEST(TopologyXml, EntitiesCommentsAndQuotes) {
+  XmlElement e = parseXml("<?xml version=\"1.0\"?>\n<!-- c -->\n<system version='1'>\n<cpu numaid=\"0\" vendor=\"a&amp;b&quot;\"/>\n</system>\n", "x");
+  ASSERT_EQ(e.children.size(), 1u);
+  EXPECT_EQ(e.children[0].attrOr("vendor", ""), "a&b\"");
+  EXPECT_EQ(e.children[0].line, 4);
+  EXPECT_EQ(parseXml(writeXml(e), "y"), e);
+}
+
+TEST(TopologyXml, MalformedFilesNameTheLine) {
+  EXPECT_NE(errorOf("<system>\n<cpu numaid=\"0\">\n</system>").find("t.xml:3: </system> closes <cpu> opened on line 2"), std::string::npos);
+  EXPECT_NE(errorOf("<system>\n<cpu numaid=\"0\"/>\n").find("t.xml:3: <system> opened on line 1 is never closed"), std::string::npos);
+  EXPECT_NE(errorOf("<system>\n\n<cpu numaid=0/>\n</system>").find("t.xml:3: expected a quoted attribute value"), std::string::npos);
+  EXPECT_NE(errorOf("<system>\n<cpu a=\"1\" a=\"2\"/>\n</system>").find("t.xml:2: attribute 'a' given twice"), std::string::npos);
+  EXPECT_NE(errorOf("<system>\nhello\n</system>").find("t.xml:2: text content"), std::string::npos);
+  EXPECT_NE(errorOf("<system>\n<cpu numaid=\"zero\"/>\n</system>").find("t.xml:2: <cpu numaid=\"zero\"> is not a number"), std::string::npos);
+  EXPECT_NE(errorOf("<system>\n<cpu numaid=\"0\">\n  <pci class=\"0x060400\"/>\n</cpu>\n</system>").find("t.xml:3: <pci> needs a busid"), std::string::npos);
+  EXPECT_NE(errorOf("<graphs version=\"1\"/>").find("t.xml:1: the root element is <graphs>"), std::string::npos);
+  EXPECT_NE(errorOf("<system version=\"1\"/>").find("has no <cpu>"), std::string::npos);
+  EXPECT_NE(errorOf("<system>\n<cpu numaid=\"0\" v=\"&nbsp;\"/>\n</system>").find("t.xml:2: unknown entity"), std::string::npos);
+}
+
+TEST(TopologyXml, MissingFileAndUnknownPreset) {
+  EXPECT_THROW(loadXmlFile("/nonexistent/topo.xml"), Error);
+  try {
+    resolvePreset("b200");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a100-sxm-8gpu"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(resolvePreset("h800"), presetDir() + "/h800-sxm-8gpu.xml");
+}
+
+TEST(TopologyModel, BandwidthsComeFromCounts) {
+  EXPECT_DOUBLE_EQ(nvlinkBwPerLink(80), 20.0);
+  EXPECT_DOUBLE_EQ(nvlinkBwPerLink(90), 20.6);
+  EXPECT_DOUBLE_EQ(pciBw("16.0 GT/s PCIe", "16"), 24.0);
+  EXPECT_DOUBLE_EQ(pciBw("32 GT/s", "16"), 48.0);
+  EXPECT_DOUBLE_EQ(pciBw("8.0 GT/s PCIe", "8"), 6.0);
+  EXPECT_DOUBLE_EQ(pciBw("", ""), 12.0);  // NCCL's default: Gen3 x16
+  // Same board, same GPU generation: only the link count differs.
+  EXPECT_DOUBLE_EQ(planOf("a100").ringGBps, 240.0);
+  EXPECT_DOUBLE_EQ(planOf("a800").ringGBps, 160.0);
+  EXPECT_NEAR(planOf("h100").ringGBps, 370.8, 1e-9);
+  EXPECT_NEAR(planOf("h800").ringGBps, 164.8, 1e-9);
+}
+
+TEST(TopologyModel, PathClasses) {
+  System s = preset("a100");
+  std::vector<int> gpus = s.ofType(NodeType::kGpu), nets = s.ofType(NodeType::kNet), cpus = s.ofType(NodeType::kCpu);
+  ASSERT_EQ(gpus.size(), 8u);
+  ASSERT_EQ(nets.size(), 8u);
+  EXPECT_EQ(s.path(gpus[0], gpus[7]).type, PathType::kNvl);
+  EXPECT_EQ(s.path(gpus[0], nets[0]).type, PathType::kPix);   // same PCIe switch
+  EXPECT_EQ(s.path(gpus[0], nets[2]).type, PathType::kPhb);   // other switch, same socket
+  EXPECT_EQ(s.path(gpus[0], nets[7]).type, PathType::kSys);   // other socket
+  EXPECT_EQ(s.path(gpus[0], cpus[1]).type, PathType::kSys);
+  EXPECT_DOUBLE_EQ(s.path(gpus[0], nets[7]).bw, 16.0);        // AMD inter-socket
+  System p = preset("rtx4090");
+  std::vector<int> g = p.ofType(NodeType::kGpu);
+  EXPECT_EQ(p.path(g[0], g[1]).type, PathType::kPhb);
+  EXPECT_EQ(p.path(g[0], g[4]).type, PathType::kSys);
+  EXPECT_DOUBLE_EQ(p.path(g[0], g[4]).bw, 10.0);  // Intel Ice Lake inter-socket
+  PathType t;
+  EXPECT_TRUE(parsePathType("pxb", &t));
+  EXPECT_EQ(t, PathType::kPxb);
+  EXPECT_TRUE(parsePathType("3", &t));
+  EXPECT_EQ(t, PathType::kPhb);
+  EXPECT_FALSE(parsePathType("fast", &t));
+}
+
+TEST(TopologyPlan, ChannelsAndRailsFollowTheLinks) {
+  Plan a100 = planOf("a100"), a800 = planOf("a800"), h100 = planOf("h100"), h800 = planOf("h800");
+  EXPECT_EQ(a100.channels, 12);
+  EXPECT_EQ(a800.channels, 8);
+  EXPECT_EQ(h100.channels, 9);
+  EXPECT_EQ(h800.channels, 4);
+  EXPECT_DOUBLE_EQ(a100.netGBps, 8 * 24.0);  // 8 rails, each min(HDR 25, PCIe Gen4 24)
+  EXPECT_DOUBLE_EQ(a800.netGBps, 4 * 24.0);  // two GPUs per NIC
+  EXPECT_EQ(a800.rails[0], a800.rails[1]);
+  EXPECT_NE(a100.rails[0], a100.rails[1]);
+  EXPECT_DOUBLE_EQ(h100.netGBps, 8 * 48.0);  // NDR 50 limited by Gen5 x16 48
+  for (const Plan* p : {&a100, &a800, &h100, &h800}) {
+    EXPECT_FALSE(p->staged);
+    EXPECT_EQ(p->ringPath, PathType::kNvl);
+  }
+}
+
+TEST(TopologyPlan, NoPeerToPeerStagesThroughHostAndCrossesSocketsTwice) {
+  Plan p = planOf("rtx4090");
+  EXPECT_TRUE(p.staged);
+  EXPECT_EQ(p.ringPath, PathType::kSys);
+  EXPECT_DOUBLE_EQ(p.ringGBps, 10.0);
+  // The ring keeps each socket's GPUs together: two socket crossings, one each way.
+  int crossings = 0;
+  for (size_t i = 0; i < p.ring.size(); ++i) crossings += (p.ring[i] < 4) != (p.ring[(i + 1) % p.ring.size()] < 4);
+  EXPECT_EQ(crossings, 2);
+  // NCCL_P2P_DISABLE on an NVLink box stages through host memory too.
+  PlanOptions off;
+  off.p2pDisable = true;
+  Plan a = planOf("a100", off);
+  EXPECT_TRUE(a.staged);
+  EXPECT_LT(a.ringGBps, 24.0 + 1e-9);
+}
+
+TEST(TopologyPlan, HostRanksAreGroupedByNumaDomain) {
+  Plan p = planOf("cpu-2socket");
+  ASSERT_EQ(p.devices.size(), 8u);
+  EXPECT_FALSE(p.gpus);
+  int crossings = 0;
+  for (size_t i = 0; i < p.ring.size(); ++i)
+    crossings += p.devices[p.ring[i]] != p.devices[p.ring[(i + 1) % p.ring.size()]];
+  EXPECT_EQ(crossings, 2);
+  // Interleaved placement (rank r on socket r % 2): the ring still crosses only twice.
+  System s = preset("cpu-2socket");
+  PlanOptions opts;
+  std::vector<int> cpus = s.ofType(NodeType::kCpu);
+  for (int r = 0; r < 8; ++r) opts.rankDevices.push_back(cpus[r % 2]);
+  Plan q = planNode(s, opts);
+  crossings = 0;
+  for (size_t i = 0; i < q.ring.size(); ++i) crossings += (q.ring[i] % 2) != (q.ring[(i + 1) % q.ring.size()] % 2);
+  EXPECT_EQ(crossings, 2);
+}
+
+double busbw(const Plan& p, int nodes, size_t bytes, const char* algo = "") {
+  return predict(p, nodes, Collective::kAllReduce, bytes, algo).busbwGBps;
+}
+
+// Published NCCL all-reduce bus bandwidths (docs/topology.md lists the sources).
+TEST(TopologyPredict, LargeAllReduceWithinFifteenPercentOfPublished) {
+  struct Case {
+    const char* preset;
+    int nodes;
+    double published;
+  } cases[] = {{"a100", 1, 231}, {"a800", 1, 156}, {"h100", 1, 365}, {"h800", 1, 160}, {"a100", 2, 188}};
+  for (const Case& c : cases) {
+    Plan p = planOf(c.preset);
+    for (size_t gib : {1, 8}) {
+      // Ring is what NCCL runs at these sizes; the comparison is like for like.
+      double got = busbw(p, c.nodes, gib << 30, "Ring");
+      EXPECT_LT(std::fabs(got / c.published - 1), 0.15) << c.preset << " x" << c.nodes << " " << gib << " GiB: " << got;
+    }
+  }
+  // On one node the tuner's own choice is the ring at these sizes.
+  for (const char* name : {"a100", "a800", "h100", "h800"})
+    EXPECT_EQ(predict(planOf(name), 1, Collective::kAllReduce, size_t{1} << 30).algorithm, "Ring") << name;
+}
+
+TEST(TopologyPredict, ReducedNvlinkPartsGetTheirOwnPlan) {
+  Plan a100 = planOf("a100"), a800 = planOf("a800");
+  std::vector<Prediction> pa = predictAll(a100, 2), pb = predictAll(a800, 2);
+  int differ = 0;
+  for (size_t i = 0; i < pa.size(); ++i) differ += pa[i].algorithm != pb[i].algorithm;
+  EXPECT_GT(differ, 0);
+  std::string why = compareReport("a800", a800, pb, "a100", a100, pa);
+  EXPECT_NE(why.find("channels: 8 here, 12 there"), std::string::npos) << why;
+  EXPECT_NE(why.find("choices that differ"), std::string::npos) << why;
+  EXPECT_NE(why.find("NVL x8"), std::string::npos) << why;
+}
+
+TEST(TopologyPredict, JsonHasEveryPrediction) {
+  Plan p = planOf("h800");
+  std::string json = jsonReport("h800", preset("h800"), p, 2, predictAll(p, 2));
+  EXPECT_NE(json.find("\"predictions\": ["), std::string::npos);
+  EXPECT_NE(json.find("{\"collective\": \"AllReduce\", \"bytes\": 8589934592, \"algorithm\": "), std::string::npos);
+  EXPECT_NE(json.find("\"busbw_gbps\": "), std::string::npos);
+}
+
+// Each preset's devices, paths, plan and predictions, on 1 and 2 nodes, against
+// tests/golden/topology. STRATA_UPDATE_GOLDEN=1 rewrites them (review the diff).
+TEST(TopologyGolden, PresetsMatchTheirGoldenFiles) {
+  for (const char* name : kPresets)
+    for (int nodes : {1, 2}) {
+      System s = preset(name);
+      Plan p = planNode(s, {});
+      std::string got = textReport(name, s, p, nodes, predictAll(p, nodes));
+      std::string path = std::string(STRATA_GOLDEN_DIR) + "/" + name + "-" + std::to_string(nodes) + "node.txt";
+      if (getenv("STRATA_UPDATE_GOLDEN")) {
+        std::ofstream(path) << got;
+        continue;
+      }
+      std::ifstream in(path);
+      ASSERT_TRUE(in) << path << " missing; run with STRATA_UPDATE_GOLDEN=1";
+      std::stringstream want;
+      want << in.rdbuf();
+      EXPECT_EQ(got, want.str()) << path;
+    }
+}
+
+TEST(TopologyDiscovery, ThisMachineLoadsAndDumpsBack) {
+  std::vector<std::string> warnings;
+  XmlElement xml = discoverLocalTopology(&warnings);
+  System s = System::fromXml(xml, "discovered");
+  EXPECT_FALSE(s.ofType(NodeType::kCpu).empty());
+  XmlElement again = parseXml(writeXml(xml), "dump");
+  EXPECT_EQ(again, xml);
+  Plan p = planNode(System::fromXml(again, "dump"), {});
+  EXPECT_GE(p.devices.size(), 1u);
+  for (const std::string& w : warnings) std::cout << "discovery warning (expected on VMs): " << w << "\n";
+}
+
+}  // namespace
+}  // namespace strata::topology
+
+namespace strata::core {
+namespace {
+
+TEST(CommunicatorTopology, NodeRingFollowsNumaDomains) {
+  std::vector<PeerInfo> peers(6);
+  int numa[] = {1, 0, 1, 0, 0, 1};
+  for (int r = 0; r < 6; ++r) peers[r].numaNode = numa[r];
+  EXPECT_EQ(ringOrderInNode({0, 1, 2, 3, 4, 5}, peers), (std::vector<int>{1, 3, 4, 0, 2, 5}));
+  EXPECT_EQ(ringOrderInNode({2, 5}, peers), (std::vector<int>{2, 5}));
+}
+
+TEST(CommunicatorTopology, NodeNetworkSumsDistinctRails) {
+  std::vector<PeerInfo> peers(4);
+  double rate[] = {24, 24, 20, 1.25};
+  int rail[] = {7, 8, 7, -1};
+  for (int r = 0; r < 4; ++r) {
+    peers[r].netGBps = rate[r];
+    peers[r].rail = rail[r];
+  }
+  EXPECT_DOUBLE_EQ(nodeNetGBps({0, 1, 2}, peers), 20 + 24);  // rail 7 at its slowest user's rate
+  EXPECT_DOUBLE_EQ(nodeNetGBps({0, 1, 2, 3}, peers), 20 + 24 + 1.25);
+  EXPECT_DOUBLE_EQ(nodeNetGBps({3}, peers), 1.25);
+}
+
+}  // namespace
+}  // namespace strata::core
