@@ -22,18 +22,20 @@ namespace {
 
 const char kUsage[] =
     "usage: strata-topo [--topo FILE|PRESET] [--nodes N] [--ranks-per-node R] [--json] [--dump FILE]\n"
-    "                   [--compare FILE|PRESET] [--p2p-level LEVEL] [--p2p-disable]\n"
+    "                   [--compare FILE|PRESET] [--algo LIST] [--proto LIST] [--p2p-level LEVEL] [--p2p-disable]\n"
     "  --topo        NCCL topology XML, or a preset name (a100, a800, h100, h800, rtx4090, cpu-2socket);\n"
     "                default: this machine, discovered with hwloc and NVML\n"
     "  --nodes       nodes alike (default 1)\n"
-    "  --ranks-per-node  ranks on each node (default: one per GPU, or per NUMA domain without GPUs)\n"
+    "  --ranks-per-node  ranks on each node (default: one per GPU; without GPUs one per core, at most 8)\n"
     "  --json        one JSON object instead of tables\n"
     "  --dump        write the topology as NCCL XML to FILE\n"
     "  --compare     show where the plan and choices differ from another topology's, and why\n"
-    "  --p2p-level   NCCL_P2P_LEVEL for the plan (LOC NVL NVB PIX PXB PHB SYS; default PXB)\n";
+    "  --algo/--proto  restrict the tuner as NCCL_ALGO / NCCL_PROTO do (e.g. --algo Ring)\n"
+    "  --p2p-level   NCCL_P2P_LEVEL for the plan (LOC NVL NVB PIX PXB PHB SYS; default PXB)\n"
+    "  --p2p-disable plan as under NCCL_P2P_DISABLE=1 (GPU traffic through host memory)\n";
 
 struct Args {
-  std::string topo, dump, compare;
+  std::string topo, dump, compare, algo, proto;
   int nodes = 1;
   bool json = false;
   PlanOptions plan;
@@ -59,6 +61,8 @@ Args parseArgs(int argc, char** argv) {
     if (f == "--topo") a.topo = take();
     else if (f == "--dump") a.dump = take();
     else if (f == "--compare") a.compare = take();
+    else if (f == "--algo") a.algo = take();
+    else if (f == "--proto") a.proto = take();
     else if (f == "--nodes") a.nodes = intArg("--nodes", take().c_str());
     else if (f == "--ranks-per-node") a.plan.ranksPerNode = intArg("--ranks-per-node", take().c_str());
     else if (f == "--json") a.json = true;
@@ -100,7 +104,7 @@ int main(int argc, char** argv) {
     Loaded mine = load(args.topo);
     if (!args.dump.empty()) saveXmlFile(args.dump, mine.sys.xml());
     Plan plan = planNode(mine.sys, args.plan);
-    std::vector<Prediction> preds = predictAll(plan, args.nodes);
+    std::vector<Prediction> preds = predictAll(plan, args.nodes, args.algo, args.proto);
     if (args.json) {
       fputs(jsonReport(mine.source, mine.sys, plan, args.nodes, preds).c_str(), stdout);
       return 0;
@@ -109,7 +113,7 @@ int main(int argc, char** argv) {
     if (!args.compare.empty()) {
       Loaded other = load(args.compare);
       Plan otherPlan = planNode(other.sys, args.plan);
-      fputs(compareReport(mine.source, plan, preds, other.source, otherPlan, predictAll(otherPlan, args.nodes)).c_str(),
+      fputs(compareReport(mine.source, plan, preds, other.source, otherPlan, predictAll(otherPlan, args.nodes, args.algo, args.proto)).c_str(),
             stdout);
     }
     if (!args.dump.empty()) printf("\nwrote %s\n", args.dump.c_str());

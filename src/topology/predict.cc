@@ -65,11 +65,17 @@ Prediction predict(const Plan& plan, int nodes, Collective coll, size_t bytes, c
   return p;
 }
 
-std::vector<Prediction> predictAll(const Plan& plan, int nodes) {
+std::vector<Prediction> predictAll(const Plan& plan, int nodes, const std::string& algo, const std::string& proto) {
   std::vector<Prediction> out;
   for (Collective c : {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter,
                        Collective::kBroadcast, Collective::kReduce, Collective::kAllToAll})
-    for (size_t b : predictionSizes()) out.push_back(predict(plan, nodes, c, b));
+    for (size_t b : predictionSizes()) {
+      try {
+        out.push_back(predict(plan, nodes, c, b, algo, proto));
+      } catch (const Error&) {  // the lists exclude every algorithm for this collective
+        if (algo.empty() && proto.empty()) throw;
+      }
+    }
   return out;
 }
 

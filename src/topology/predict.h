@@ -26,7 +26,9 @@ std::vector<size_t> predictionSizes();
 Prediction predict(const Plan& plan, int nodes, algorithms::Collective coll, size_t bytes,
                    const std::string& algo = "", const std::string& proto = "");
 
-// Every collective at every size.
-std::vector<Prediction> predictAll(const Plan& plan, int nodes);
+// Every collective at every size; algo/proto as NCCL_ALGO / NCCL_PROTO (a
+// collective the lists leave nothing for is left out).
+std::vector<Prediction> predictAll(const Plan& plan, int nodes, const std::string& algo = "",
+                                   const std::string& proto = "");
 
 }  // namespace strata::topology
