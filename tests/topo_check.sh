@@ -25,6 +25,12 @@ assert {e["bytes"] for e in p} == {8 * 8**i for i in range(11)}, "sizes are not 
 ' || check "$name: --json is not the expected object"
 done
 
+# 1b. A machine that hides its sysfs (containers): warnings, never a crash, and runs still work.
+mkdir -p "$work/emptyroot"
+HWLOC_FSROOT="$work/emptyroot" "$topo" > "$work/hidden.txt" 2>&1 || check "strata-topo on a hidden sysfs exited $?"
+grep -q "warning: hwloc sees no GPU and no NIC" "$work/hidden.txt" || check "no warning for a hidden sysfs"
+HWLOC_FSROOT="$work/emptyroot" timeout 120 "$perf" -t 2 -b 8 -e 8 -n 1 -w 0 > /dev/null 2>&1 || check "a run on a hidden sysfs failed"
+
 # 2. A dump of this machine loads back and dumps identically.
 "$topo" --dump "$work/local.xml" > /dev/null 2>&1 || check "strata-topo --dump failed"
 "$topo" --topo "$work/local.xml" --dump "$work/again.xml" > /dev/null 2>&1 || check "the dump does not load back"

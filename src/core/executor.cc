@@ -146,9 +146,17 @@ void Executor::checkHealth(double idleSec) {
       failAll(ncclRemoteError, format("%s: rank %d: rank %d stopped the operation (it failed, was aborted, or "
                                       "saw another rank fail)",
                                       t.fn(), comm.rank(), peer));
-    if (peer >= 0 && comm.peer(peer).sameHost(comm.peer(comm.rank())) && !processAlive(comm.peer(peer).pid))
+    // A peer process that died is found by its pid only where the connection cannot
+    // tell: shared memory. A socket reports the exit as its end of stream, and the
+    // dead peer's kernel may still be delivering what it sent.
+    const PeerInfo& other = peer >= 0 ? comm.peer(peer) : comm.peer(comm.rank());
+    if (peer >= 0 && other.sameHost(comm.peer(comm.rank())) &&
+        transport::selectTransport(comm.peer(comm.rank()), other).sharesMemory() && !processAlive(other.pid)) {
+      // Whatever it stored before exiting is there now, maybe since the last sweep: take it before judging.
+      if (sweepOrFail()) return;
       failAll(ncclRemoteError, format("%s: rank %d: rank %d (pid %d) exited while this rank waited for it", t.fn(),
                                       comm.rank(), peer, comm.peer(peer).pid));
+    }
     if (idleSec > config().timeoutSec)
       failAll(ncclSystemError, format("%s: rank %d made no progress for %.0f s waiting for rank %d (STRATA_TIMEOUT)",
                                       t.fn(), comm.rank(), idleSec, peer));

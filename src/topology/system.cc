@@ -313,7 +313,7 @@ void System::computePaths() {
         for (const Link& l : nodes_[u].links) {
           if (l.to == s || !transits(nodes_, s, u, out[u], l)) continue;
           Path cand;
-          cand.type = std::max(out[u].type == PathType::kLoc ? PathType::kLoc : out[u].type, hopType(nodes_, s, u, l));
+          cand.type = std::max(out[u].type, hopType(nodes_, s, u, l));
           cand.bw = std::min(out[u].bw, l.bw);
           cand.hops = out[u].hops;
           cand.hops.push_back(l.to);

@@ -227,6 +227,7 @@ class SocketRecv final : public RecvConnection, public SocketConnection {
 
   void pump() override {
     if (failed_ || !connected()) return;
+    if (std::find(closed_.begin(), closed_.end(), true) != closed_.end()) probeClosed();
     uint64_t done = UINT64_MAX;
     for (uint32_t s = 0; s < streams(); ++s) {
       Cursor& c = cursors_[s];
@@ -280,6 +281,20 @@ class SocketRecv final : public RecvConnection, public SocketConnection {
     if (!received(s, r, c)) return false;
     c.off += static_cast<size_t>(r);
     return true;
+  }
+
+  // Once one stream has ended, the peer is closing them all: a stream that is between
+  // messages and at its end is closed too (a peek takes nothing that is still coming).
+  // Streams past message boundaries are never read otherwise, so without this a peer
+  // that exited would leave them open, and this rank waiting, until the timeout.
+  void probeClosed() {
+    for (uint32_t o = 0; o < streams(); ++o) {
+      if (closed_[o] || cursors_[o].off != 0) continue;
+      char b;
+      ssize_t r = recv(fds_[o], &b, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (r == 0) closed_[o] = true;
+      if (r < 0 && errno != EAGAIN && errno != EINTR) return streamFailed(strerror(errno), false);
+    }
   }
 
   // False on would-block, end of stream or failure. The end of a stream between
