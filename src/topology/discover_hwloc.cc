@@ -120,6 +120,11 @@ XmlElement hwlocTopology(std::vector<std::string>* warnings) {
     return root;
   }
   hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  // The Linux component reads the PCI tree from sysfs by itself. The libpciaccess
+  // plugin adds nothing here and leaks (LeakSanitizer sees it in every process);
+  // the GPU plugins would load vendor runtimes: NVML is ours to load.
+  for (const char* plugin : {"pci", "opencl", "cuda", "nvml", "rsmi", "levelzero", "gl"})
+    hwloc_topology_set_components(topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, plugin);
   if (hwloc_topology_load(topo) != 0) {
     hwloc_topology_destroy(topo);
     warnings->push_back("hwloc could not read this machine; the topology is one CPU with no devices");
