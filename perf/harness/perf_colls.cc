@@ -62,7 +62,7 @@ class AllReduce final : public WholeBuffer {
   bool hasOp() const override { return true; }
   double busFactor(int n) const override { return n > 1 ? 2.0 * (n - 1) / n : 1; }
   ncclResult_t call(const CallArgs& a) const override {
-    return ncclAllReduce(a.send, a.recv, a.count, a.type, a.op, a.comm, nullptr);
+    return ncclAllReduce(a.send, a.recv, a.count, a.type, a.op, a.comm, static_cast<cudaStream_t>(a.stream));
   }
   double input(int rank, int, size_t i, ncclDataType_t t, ncclRedOp_t op, const Counts&) const override {
     return verify::inputValue(rank, i, t, testOp(op));
@@ -78,7 +78,7 @@ class Reduce final : public WholeBuffer {
   bool hasOp() const override { return true; }
   bool hasRoot() const override { return true; }
   ncclResult_t call(const CallArgs& a) const override {
-    return ncclReduce(a.send, a.recv, a.count, a.type, a.op, a.root, a.comm, nullptr);
+    return ncclReduce(a.send, a.recv, a.count, a.type, a.op, a.root, a.comm, static_cast<cudaStream_t>(a.stream));
   }
   double input(int rank, int, size_t i, ncclDataType_t t, ncclRedOp_t op, const Counts&) const override {
     return verify::inputValue(rank, i, t, testOp(op));
@@ -95,7 +95,7 @@ class ReduceScatter final : public SplitBuffer {
   ReduceScatter() : SplitBuffer(true, false) {}
   bool hasOp() const override { return true; }
   ncclResult_t call(const CallArgs& a) const override {
-    return ncclReduceScatter(a.send, a.recv, a.count, a.type, a.op, a.comm, nullptr);
+    return ncclReduceScatter(a.send, a.recv, a.count, a.type, a.op, a.comm, static_cast<cudaStream_t>(a.stream));
   }
   size_t inPlaceRecvOffset(const Counts& c, int rank, int) const override { return rank * c.count; }
   double input(int rank, int, size_t i, ncclDataType_t t, ncclRedOp_t op, const Counts&) const override {
@@ -112,7 +112,7 @@ class AllGather final : public SplitBuffer {
  public:
   AllGather() : SplitBuffer(false, true) {}
   ncclResult_t call(const CallArgs& a) const override {
-    return ncclAllGather(a.send, a.recv, a.count, a.type, a.comm, nullptr);
+    return ncclAllGather(a.send, a.recv, a.count, a.type, a.comm, static_cast<cudaStream_t>(a.stream));
   }
   size_t inPlaceSendOffset(const Counts& c, int rank, int) const override { return rank * c.count; }
   double input(int rank, int, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts&) const override {
@@ -128,7 +128,7 @@ class Broadcast final : public WholeBuffer {
  public:
   bool hasRoot() const override { return true; }
   ncclResult_t call(const CallArgs& a) const override {
-    return ncclBroadcast(a.send, a.recv, a.count, a.type, a.root, a.comm, nullptr);
+    return ncclBroadcast(a.send, a.recv, a.count, a.type, a.root, a.comm, static_cast<cudaStream_t>(a.stream));
   }
   double input(int rank, int root, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts&) const override {
     return rank == root ? movedValue(root, i, t) : 0;
@@ -143,7 +143,7 @@ class AllToAll final : public SplitBuffer {
  public:
   AllToAll() : SplitBuffer(true, true) {}
   ncclResult_t call(const CallArgs& a) const override {
-    return ncclAlltoAll(a.send, a.recv, a.count, a.type, a.comm, nullptr);
+    return ncclAlltoAll(a.send, a.recv, a.count, a.type, a.comm, static_cast<cudaStream_t>(a.stream));
   }
   double input(int rank, int, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts& c) const override {
     return movedValue(rank * 64 + static_cast<int>(i / c.count), i % c.count, t);  // tagged (sender, piece)
@@ -160,8 +160,8 @@ class SendRecv final : public WholeBuffer {
   bool inPlaceUnchecked() const override { return true; }
   ncclResult_t call(const CallArgs& a) const override {
     ncclGroupStart();
-    ncclResult_t r = ncclSend(a.send, a.count, a.type, (a.rank + 1) % a.nranks, a.comm, nullptr);
-    ncclResult_t s = ncclRecv(a.recv, a.count, a.type, (a.rank + a.nranks - 1) % a.nranks, a.comm, nullptr);
+    ncclResult_t r = ncclSend(a.send, a.count, a.type, (a.rank + 1) % a.nranks, a.comm, static_cast<cudaStream_t>(a.stream));
+    ncclResult_t s = ncclRecv(a.recv, a.count, a.type, (a.rank + a.nranks - 1) % a.nranks, a.comm, static_cast<cudaStream_t>(a.stream));
     ncclResult_t e = ncclGroupEnd();
     return r != ncclSuccess ? r : s != ncclSuccess ? s : e;
   }
@@ -180,7 +180,7 @@ class Gather final : public SplitBuffer {
   Gather() : SplitBuffer(false, true) {}
   bool hasRoot() const override { return true; }
   ncclResult_t call(const CallArgs& a) const override {
-    return ncclGather(a.send, a.recv, a.count, a.type, a.root, a.comm, nullptr);
+    return ncclGather(a.send, a.recv, a.count, a.type, a.root, a.comm, static_cast<cudaStream_t>(a.stream));
   }
   size_t inPlaceSendOffset(const Counts& c, int rank, int) const override { return rank * c.count; }
   double input(int rank, int, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts&) const override {
@@ -198,7 +198,7 @@ class Scatter final : public SplitBuffer {
   Scatter() : SplitBuffer(true, false) {}
   bool hasRoot() const override { return true; }
   ncclResult_t call(const CallArgs& a) const override {
-    return ncclScatter(a.send, a.recv, a.count, a.type, a.root, a.comm, nullptr);
+    return ncclScatter(a.send, a.recv, a.count, a.type, a.root, a.comm, static_cast<cudaStream_t>(a.stream));
   }
   size_t inPlaceRecvOffset(const Counts& c, int rank, int) const override { return rank * c.count; }
   double input(int rank, int root, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts&) const override {

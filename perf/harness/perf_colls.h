@@ -28,6 +28,7 @@ struct CallArgs {
   int rank;
   int nranks;
   ncclComm_t comm;
+  void* stream = nullptr;  // cudaStream_t for device buffers
 };
 
 class PerfColl {

@@ -1,5 +1,6 @@
 #include "harness/perf_main.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "device/dtypes.h"
+#include "device/gpu.h"
 #include "harness/perf_args.h"
 #include "harness/perf_mpi.h"
 #include "harness/perf_world.h"
@@ -50,7 +52,38 @@ struct Slot {
   int rank = 0;
   void* send = nullptr;
   void* recv = nullptr;
+  int device = -1;         // the GPU its buffers live on; -1: host memory
+  void* stream = nullptr;  // its cudaStream_t when device >= 0
 };
+
+// Buffers live on the GPU when one is visible (as nccl-tests'), else in host memory.
+void fill(const Slot& s, void* dst, size_t bytes, const std::vector<char>& host) {
+  if (s.device < 0) return void(memcpy(dst, host.data(), bytes));
+  device::copySync(dst, host.data(), bytes);
+}
+void clear(const Slot& s, void* dst, size_t bytes) {
+  if (s.device < 0) return void(memset(dst, 0, bytes));
+  device::memsetSync(dst, 0, bytes);
+}
+const void* readable(const Slot& s, const void* src, size_t bytes, std::vector<char>& host) {
+  if (s.device < 0) return src;
+  host.resize(bytes);
+  device::copySync(host.data(), src, bytes);
+  return host.data();
+}
+// Page-aligned and pre-faulted (a page fault costs 13-24 us on the test VMs).
+void* hostBuffer(size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (p == MAP_FAILED) {
+    perror("mmap");
+    exit(1);
+  }
+  return p;
+}
+void finish(std::vector<Slot>& slots) {
+  for (Slot& s : slots)
+    if (s.device >= 0) device::streamSynchronize(s.stream);
+}
 
 struct Case {
   ncclDataType_t type;
@@ -125,7 +158,7 @@ bool Runner::issue(std::vector<Slot>& slots, const Case& c, int times) {
   if (group) ncclGroupStart();
   for (int k = 0; k < times; ++k) {
     for (Slot& s : slots) {
-      CallArgs a{nullptr, nullptr, c.counts.count, c.type, c.op, c.root, s.rank, nranks_, s.comm};
+      CallArgs a{nullptr, nullptr, c.counts.count, c.type, c.op, c.root, s.rank, nranks_, s.comm, s.stream};
       sendRecvPtrs(s, c, &a.send, &a.recv);
       std::vector<char> scalar;
       if (c.op == kMulSum) {  // made and destroyed around each call, as nccl-tests does
@@ -148,12 +181,17 @@ bool Runner::issue(std::vector<Slot>& slots, const Case& c, int times) {
 
 double Runner::timeCase(int t, std::vector<Slot>& slots, const Case& c) {
   for (int i = 0; i < args_.warmup && gExit.load() == 0; ++i) issue(slots, c, args_.aggIters);
+  finish(slots);
   world_.barrier();
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < args_.iters && gExit.load() == 0; ++i) {
     issue(slots, c, args_.aggIters);
-    if (args_.blocking) world_.barrier();
+    if (args_.blocking) {
+      finish(slots);
+      world_.barrier();
+    }
   }
+  finish(slots);
   double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   return world_.combine(t, us / (static_cast<double>(args_.iters) * args_.aggIters), args_.average);
 }
@@ -166,11 +204,13 @@ size_t Runner::checkCase(std::vector<Slot>& slots, const Case& c) {
     const void* send;
     void* recv;
     sendRecvPtrs(s, c, &send, &recv);
-    memset(s.recv, 0, slotBytes_);
-    verify::fillBuffer(c.type, const_cast<void*>(send), k.sendCount,
-                       [&](size_t i) { return coll_.input(s.rank, c.root, i, c.type, c.op, k); });
+    clear(s, s.recv, slotBytes_);
+    fill(s, const_cast<void*>(send), k.sendCount * es, verify::makeBuffer(c.type, k.sendCount, [&](size_t i) {
+           return coll_.input(s.rank, c.root, i, c.type, c.op, k);
+         }));
   }
   if (!issue(slots, c, 1)) return 0;
+  finish(slots);
   size_t wrong = 0;
   for (Slot& s : slots) {
     const void* send;
@@ -184,7 +224,8 @@ size_t Runner::checkCase(std::vector<Slot>& slots, const Case& c) {
       coll_.expected(s.rank, nranks_, c.root, i, c.type, c.op, k, &v);
       return v;
     });
-    wrong += verify::countMismatches(c.type, recv, expected.data(), k.recvCount);
+    std::vector<char> host;
+    wrong += verify::countMismatches(c.type, readable(s, recv, k.recvCount * es, host), expected.data(), k.recvCount);
   }
   return wrong;
 }
@@ -214,7 +255,8 @@ void Runner::printDevices(int t, std::vector<Slot>& slots) {
     for (size_t g = 0; g < slots.size(); ++g) {
       char buf[256];
       snprintf(buf, sizeof(buf), "#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] %s\n",
-               slots[g].rank, 0, getpid(), hostName().c_str(), -1, 0, 0, 0, "host memory");
+               slots[g].rank, 0, getpid(), hostName().c_str(), slots[g].device, 0, 0, 0,
+               slots[g].device >= 0 ? "device memory" : "host memory");
       lines[t * args_.nGpus + g] = buf;
     }
   }
@@ -233,9 +275,15 @@ void Runner::threadMain(int t, const ncclUniqueId& id) {
   std::vector<Slot> slots(args_.nGpus);
   bool first = world_.proc() == 0 && t == 0;
   for (int g = 0; g < args_.nGpus; ++g) slots[g].rank = (world_.proc() * args_.nThreads + t) * args_.nGpus + g;
+  int gpus = args_.mpiBackend ? 0 : device::gpuCount();
   if (!args_.mpiBackend) {
     ncclGroupStart();  // one thread creates its ranks inside one group, as nccl-tests does
     for (Slot& s : slots) {
+      if (gpus > 0) {  // as nccl-tests: GPU (local index) mod the GPUs visible; several ranks may share one
+        s.device = (world_.proc() * args_.nThreads * args_.nGpus + t * args_.nGpus + (&s - slots.data())) % gpus;
+        device::setCurrentDevice(s.device);
+        s.stream = device::streamCreate();
+      }
       ncclResult_t r = ncclCommInitRank(&s.comm, nranks_, id, s.rank);
       if (r != ncclSuccess) ncclFailed("ncclCommInitRank", r);
     }
@@ -243,7 +291,11 @@ void Runner::threadMain(int t, const ncclUniqueId& id) {
     if (r != ncclSuccess) ncclFailed("ncclGroupEnd (init)", r);
   }
   for (Slot& s : slots) {
-    if (ncclMemAlloc(&s.send, slotBytes_) != ncclSuccess || ncclMemAlloc(&s.recv, slotBytes_) != ncclSuccess)
+    device::setCurrentDevice(s.device);
+    if (args_.mpiBackend) {  // MPI gets host memory even where a GPU is visible
+      s.send = hostBuffer(slotBytes_);
+      s.recv = hostBuffer(slotBytes_);
+    } else if (ncclMemAlloc(&s.send, slotBytes_) != ncclSuccess || ncclMemAlloc(&s.recv, slotBytes_) != ncclSuccess)
       ncclFailed("ncclMemAlloc", ncclSystemError);
   }
   printDevices(t, slots);
@@ -318,8 +370,14 @@ void Runner::threadMain(int t, const ncclUniqueId& id) {
   }
   world_.barrier();
   for (Slot& s : slots) {
-    ncclMemFree(s.send);
-    ncclMemFree(s.recv);
+    if (args_.mpiBackend) {
+      munmap(s.send, slotBytes_);
+      munmap(s.recv, slotBytes_);
+    } else {
+      ncclMemFree(s.send);
+      ncclMemFree(s.recv);
+    }
+    if (s.stream) device::streamDestroy(s.stream);
     if (s.comm) ncclCommDestroy(s.comm);
   }
 }

@@ -1,6 +1,7 @@
 // Collectives, point-to-point, groups and reduction ops. Host buffers: each
-// call (or the group end) returns once the operation is complete; the stream
-// argument is accepted and not used.
+// call (or the group end) returns once the operation is complete. Device
+// buffers: the operation is enqueued on the stream and the call returns
+// (core/device_path.h).
 #include "api/api_boundary.h"
 #include "core/comm_handle.h"
 #include "core/group.h"
@@ -13,7 +14,8 @@ using core::OpKind;
 
 namespace {
 
-ncclResult_t submit(ncclComm_t comm, const OpDesc& op) {
+ncclResult_t submit(ncclComm_t comm, OpDesc op, cudaStream_t stream) {
+  op.stream = stream;
   return api::guarded([&] {
     try {
       core::validateOp(core::ready(comm, op.fn), op);
@@ -44,67 +46,67 @@ OpDesc collective(Collective c, const char* fn, const void* sendbuff, void* recv
 }  // namespace
 
 STRATA_API ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                       ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
-  return submit(comm, collective(Collective::kAllReduce, "ncclAllReduce", sendbuff, recvbuff, count, datatype, op, 0));
+                                       ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  return submit(comm, collective(Collective::kAllReduce, "ncclAllReduce", sendbuff, recvbuff, count, datatype, op, 0), stream);
 }
 
 STRATA_API ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                       int root, ncclComm_t comm, cudaStream_t) {
+                                       int root, ncclComm_t comm, cudaStream_t stream) {
   return submit(comm,
-                collective(Collective::kBroadcast, "ncclBroadcast", sendbuff, recvbuff, count, datatype, ncclSum, root));
+                collective(Collective::kBroadcast, "ncclBroadcast", sendbuff, recvbuff, count, datatype, ncclSum, root), stream);
 }
 
 STRATA_API ncclResult_t pncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
-                                   cudaStream_t) {
-  return submit(comm, collective(Collective::kBroadcast, "ncclBcast", buff, buff, count, datatype, ncclSum, root));
+                                   cudaStream_t stream) {
+  return submit(comm, collective(Collective::kBroadcast, "ncclBcast", buff, buff, count, datatype, ncclSum, root), stream);
 }
 
 STRATA_API ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                    ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t) {
-  return submit(comm, collective(Collective::kReduce, "ncclReduce", sendbuff, recvbuff, count, datatype, op, root));
+                                    ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  return submit(comm, collective(Collective::kReduce, "ncclReduce", sendbuff, recvbuff, count, datatype, op, root), stream);
 }
 
 STRATA_API ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
-                                       ncclDataType_t datatype, ncclComm_t comm, cudaStream_t) {
+                                       ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   return submit(comm,
-                collective(Collective::kAllGather, "ncclAllGather", sendbuff, recvbuff, sendcount, datatype, ncclSum, 0));
+                collective(Collective::kAllGather, "ncclAllGather", sendbuff, recvbuff, sendcount, datatype, ncclSum, 0), stream);
 }
 
 STRATA_API ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+                                           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   return submit(comm, collective(Collective::kReduceScatter, "ncclReduceScatter", sendbuff, recvbuff, recvcount,
-                                 datatype, op, 0));
+                                 datatype, op, 0), stream);
 }
 
 STRATA_API ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                      ncclComm_t comm, cudaStream_t) {
+                                      ncclComm_t comm, cudaStream_t stream) {
   return submit(comm,
-                collective(Collective::kAllToAll, "ncclAlltoAll", sendbuff, recvbuff, count, datatype, ncclSum, 0));
+                collective(Collective::kAllToAll, "ncclAlltoAll", sendbuff, recvbuff, count, datatype, ncclSum, 0), stream);
 }
 
 STRATA_API ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                    int root, ncclComm_t comm, cudaStream_t) {
-  return submit(comm, collective(Collective::kGather, "ncclGather", sendbuff, recvbuff, count, datatype, ncclSum, root));
+                                    int root, ncclComm_t comm, cudaStream_t stream) {
+  return submit(comm, collective(Collective::kGather, "ncclGather", sendbuff, recvbuff, count, datatype, ncclSum, root), stream);
 }
 
 STRATA_API ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                                     int root, ncclComm_t comm, cudaStream_t) {
+                                     int root, ncclComm_t comm, cudaStream_t stream) {
   return submit(comm,
-                collective(Collective::kScatter, "ncclScatter", sendbuff, recvbuff, count, datatype, ncclSum, root));
+                collective(Collective::kScatter, "ncclScatter", sendbuff, recvbuff, count, datatype, ncclSum, root), stream);
 }
 
 STRATA_API ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
-                                  ncclComm_t comm, cudaStream_t) {
+                                  ncclComm_t comm, cudaStream_t stream) {
   OpDesc d = collective(Collective::kSendRecv, "ncclSend", sendbuff, nullptr, count, datatype, ncclSum, peer);
   d.kind = OpKind::kSend;
-  return submit(comm, d);
+  return submit(comm, d, stream);
 }
 
 STRATA_API ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-                                  cudaStream_t) {
+                                  cudaStream_t stream) {
   OpDesc d = collective(Collective::kSendRecv, "ncclRecv", nullptr, recvbuff, count, datatype, ncclSum, peer);
   d.kind = OpKind::kRecv;
-  return submit(comm, d);
+  return submit(comm, d, stream);
 }
 
 STRATA_API ncclResult_t pncclGroupStart() {

@@ -8,7 +8,9 @@
 #include "base/log.h"
 #include "core/bootstrap.h"
 #include "core/comm_handle.h"
+#include "core/device_path.h"
 #include "core/group.h"
+#include "device/gpu.h"
 
 using namespace strata;
 using core::CommOptions;
@@ -75,6 +77,7 @@ ncclResult_t initRank(ncclComm_t* out, int nranks, const ncclUniqueId* ids, int 
     std::vector<core::UniqueIdLayout> layouts;
     for (int i = 0; i < nIds; ++i) layouts.push_back(core::parseUniqueId(ids[i], rank));
     CommOptions opts = parseConfig(config, fn, CommOptions{});
+    opts.device = device::currentDevice();  // as NCCL: the GPU current at init (-1 without one)
     ncclComm* h = core::newHandle(rank, nranks, opts);
     ncclResult_t r = launchInit(h, [h, layouts, nranks, rank] {
       return core::Communicator::fromRoot(layouts, nranks, rank, h->opts, &h->abortFlag);
@@ -250,9 +253,9 @@ STRATA_API ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, 
   });
 }
 
-// Host operations finish before their call returns, so there is nothing left to flush.
+// Host operations finish before their call returns; device operations are waited for.
 STRATA_API ncclResult_t pncclCommFinalize(ncclComm_t comm) {
-  return api::guarded([&] { core::ready(comm, "ncclCommFinalize", true); });
+  return api::guarded([&] { core::device_path::drain(core::ready(comm, "ncclCommFinalize", true)); });
 }
 
 STRATA_API ncclResult_t pncclCommDestroy(ncclComm_t comm) {
@@ -305,7 +308,8 @@ STRATA_API ncclResult_t pncclCommCount(const ncclComm_t comm, int* count) {
   });
 }
 
-// -1 for a host-memory communicator made by ncclCommInitRank (no CUDA device is involved).
+// The GPU current when ncclCommInitRank ran (the devlist entry for ncclCommInitAll);
+// -1 for a communicator made where no GPU is visible.
 STRATA_API ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int* device) {
   return api::guarded([&] {
     core::Communicator& c = core::ready(comm, "ncclCommCuDevice", true);

@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "core/device_path.h"
 
 namespace strata::core {
 namespace {
@@ -48,6 +49,7 @@ void joinInit(ncclComm* h) {
 
 void deleteHandle(ncclComm* h) {
   joinInit(h);
+  if (h->impl) device_path::release(*h->impl);  // its device operations first
   {
     std::lock_guard<std::mutex> lock(gMutex);
     live().erase(h);

@@ -7,6 +7,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "core/device_path.h"
 #include "core/executor.h"
 
 namespace strata::core::group {
@@ -45,8 +46,9 @@ double estimateUs(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
   return total;
 }
 
-void runOps(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
-  Executor ex;
+// What every group must be before it runs: of one blocking mode, on communicators
+// without an earlier failure.
+void checkGroup(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
   int blocking = -1;
   for (auto& [h, op] : ops) {
     Communicator& comm = ready(h, op.fn);
@@ -57,12 +59,30 @@ void runOps(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
     STRATA_REQUIRE(comm.asyncError() == ncclSuccess, ncclInvalidUsage,
                    "%s: rank %d: the communicator is in an error state (%d) after an earlier failure; abort it", op.fn,
                    comm.rank(), static_cast<int>(comm.asyncError()));
-    ex.add(comm, op);
   }
-  ex.run();
+}
+
+// Device buffers go to the stream (device_path.h); host buffers run here, after the
+// communicators' earlier device operations.
+void runOps(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
+  bool device = false;
+  for (auto& [h, op] : ops) device = device || device_path::touchesDevice(op);
+  if (device) {
+    checkGroup(ops);
+    return device_path::enqueue(ops);
+  }
+  for (auto& [h, op] : ops) device_path::drain(ready(h, op.fn));
+  runHostOps(ops);
 }
 
 }  // namespace
+
+void runHostOps(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
+  checkGroup(ops);
+  Executor ex;
+  for (auto& [h, op] : ops) ex.add(ready(h, op.fn), op);
+  ex.run();
+}
 
 void start() { ++tGroup.depth; }
 

@@ -21,6 +21,7 @@ struct OpDesc {
   ncclRedOp_t op = ncclSum;
   int rawType = ncclFloat32;  // the datatype as the caller passed it, possibly out of range
   int root = 0;  // root for rooted collectives, peer for send/recv
+  void* stream = nullptr;  // the caller's cudaStream_t (device buffers are ordered on it)
 };
 
 // Reads an enum argument as the integer the caller passed: a C caller can pass any

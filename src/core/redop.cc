@@ -4,16 +4,21 @@
 #include "base/error.h"
 #include "core/communicator.h"
 #include "device/dtypes.h"
+#include "device/gpu.h"
 
 namespace strata::core {
 namespace {
 
-// Reads a scalar of `type` into the op's integer or floating slot.
+// Reads a scalar of `type` into the op's integer or floating slot; one in device
+// memory (ncclScalarDevice) is copied out first, at the time the operation runs.
 void readScalar(const void* p, ncclDataType_t type, device::ReduceOp* op) {
   device::withType(type, [&](auto tag) {
     using T = decltype(tag);
     T v;
-    memcpy(&v, p, sizeof(T));
+    if (device::isDevicePointer(p))
+      device::copySync(&v, p, sizeof(T));
+    else
+      memcpy(&v, p, sizeof(T));
     auto c = device::Format<T>::load(v);
     if constexpr (std::is_integral_v<decltype(c)>)
       op->scalarI = static_cast<int64_t>(c);

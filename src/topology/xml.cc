@@ -95,7 +95,8 @@ class Parser {
   }
   std::string describeHere() const {
     if (pos_ >= s_.size()) return "end of file";
-    return "'" + std::string(1, s_[pos_]) + "'";
+    char quoted[4] = {'\'', s_[pos_], '\'', '\0'};
+    return quoted;
   }
   std::string value() {
     if (pos_ >= s_.size() || (s_[pos_] != '"' && s_[pos_] != '\'')) error("expected a quoted attribute value, found %s", describeHere().c_str());

@@ -1,0 +1,298 @@
+#include "core/device_path.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "base/clock.h"
+#include "base/config.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "core/communicator.h"
+#include "core/group.h"
+#include "device/dtypes.h"
+#include "device/gpu.h"
+
+namespace strata::core::device_path {
+namespace {
+
+using algorithms::Collective;
+
+struct Lane;
+
+// One group on device buffers, from enqueue until its last copy back has run.
+struct Job {
+  std::vector<std::pair<ncclComm*, OpDesc>> hostOps;  // the same operations on staging buffers
+  std::vector<std::pair<void*, size_t>> buffers;      // pinned staging, back to the pool at the end
+  uint64_t* flag = nullptr;                            // pinned; raised when the host part is done
+  std::atomic<int> waiting{0};                         // streams whose inputs are not staged yet
+  std::atomic<int> finishing{0};                       // streams whose outputs are not copied back yet
+  std::vector<Lane*> lanes;                            // every communicator the job touches
+  Lane* home = nullptr;                                // the one whose proxy runs it
+};
+
+// Per communicator: its proxy thread and queue.
+struct Lane {
+  Communicator* comm = nullptr;
+  std::deque<std::shared_ptr<Job>> queue;
+  std::thread proxy;
+  bool stop = false;
+  int unfinished = 0;  // jobs touching this communicator that have not finished
+};
+
+std::mutex gMu;
+std::condition_variable gCv;
+std::map<Communicator*, std::unique_ptr<Lane>> gLanes;
+std::set<std::shared_ptr<Job>> gJobs;        // alive until their last callback
+std::multimap<size_t, void*> gPool;          // free pinned buffers by size
+std::vector<uint64_t*> gFreeFlags;           // free pinned flag words
+std::atomic<bool> gAnyLane{false};
+std::vector<std::unique_ptr<Lane>> gStuckLanes;  // stopped with jobs still on a stream: their callbacks use them
+
+// Staging sizes for one rank's part of an operation, and whether it reads its
+// input and writes its output there (NCCL leaves a non-root's output of Reduce and
+// Gather untouched, so nothing may be copied back over it).
+struct Staging {
+  size_t in = 0, out = 0;
+  bool readsIn = false, writesOut = false;
+};
+
+Staging stagingOf(const OpDesc& op, int nranks, int rank) {
+  size_t b = op.count * device::dtypeSize(op.type), n = static_cast<size_t>(nranks);
+  bool root = op.root == rank;
+  Staging s;
+  if (op.kind == OpKind::kSend) return {b, 0, true, false};
+  if (op.kind == OpKind::kRecv) return {0, b, false, true};
+  switch (op.coll) {
+    case Collective::kAllReduce: return {b, b, true, true};
+    case Collective::kBroadcast: return {b, b, root, true};
+    case Collective::kReduce: return {b, b, true, root};
+    case Collective::kAllGather: return {b, b * n, true, true};
+    case Collective::kReduceScatter: return {b * n, b, true, true};
+    case Collective::kAllToAll: return {b * n, b * n, true, true};
+    case Collective::kGather: return {b, b * n, true, root};
+    case Collective::kScatter: return {b * n, b, root, true};
+    default: return s;
+  }
+}
+
+size_t sizeClass(size_t bytes) {
+  size_t c = 4096;
+  while (c < bytes) c *= 2;
+  return c;
+}
+
+void* acquire(size_t bytes, Job& job) {
+  if (bytes == 0) return nullptr;
+  size_t c = sizeClass(bytes);
+  void* p = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(gMu);
+    auto it = gPool.find(c);
+    if (it != gPool.end()) {
+      p = it->second;
+      gPool.erase(it);
+    }
+  }
+  if (!p) p = device::pinnedAlloc(c);
+  job.buffers.emplace_back(p, c);
+  return p;
+}
+
+uint64_t* acquireFlag() {
+  {
+    std::lock_guard<std::mutex> lock(gMu);
+    if (!gFreeFlags.empty()) {
+      uint64_t* f = gFreeFlags.back();
+      gFreeFlags.pop_back();
+      *f = 0;
+      return f;
+    }
+  }
+  auto* slab = static_cast<uint64_t*>(device::pinnedAlloc(4096));  // 512 flags at a time, never freed
+  std::lock_guard<std::mutex> lock(gMu);
+  for (int i = 1; i < 512; ++i) gFreeFlags.push_back(slab + i);
+  slab[0] = 0;
+  return slab;
+}
+
+void raise(uint64_t* flag) { __atomic_store_n(flag, uint64_t{1}, __ATOMIC_RELEASE); }
+
+// CUDA's callback thread: no CUDA calls, no blocking.
+void onInputsStaged(void* arg) {
+  auto* job = static_cast<Job*>(arg);
+  if (job->waiting.fetch_sub(1) == 1) {
+    std::lock_guard<std::mutex> lock(gMu);
+    gCv.notify_all();
+  }
+}
+
+void onOutputsCopied(void* arg) {
+  auto* job = static_cast<Job*>(arg);
+  if (job->finishing.fetch_sub(1) != 1) return;
+  std::lock_guard<std::mutex> lock(gMu);
+  for (auto& [p, bytes] : job->buffers) gPool.emplace(bytes, p);
+  gFreeFlags.push_back(job->flag);
+  for (Lane* l : job->lanes) --l->unfinished;
+  for (auto it = gJobs.begin(); it != gJobs.end(); ++it)
+    if (it->get() == job) {
+      gJobs.erase(it);
+      break;
+    }
+  gCv.notify_all();
+}
+
+void runJob(Job& job) {
+  try {
+    group::runHostOps(job.hostOps);
+  } catch (const Error& e) {
+    for (auto& [h, op] : job.hostOps) {
+      Communicator& c = *h->impl;
+      if (c.asyncError() == ncclSuccess) c.setAsyncError(e.code());
+    }
+    STRATA_WARN(job.home->comm->rank(),
+                "device path: %s; the stream goes on with undefined output (ncclCommGetAsyncError reports it)",
+                e.what());
+  }
+  raise(job.flag);
+}
+
+void proxyLoop(Lane* lane) {
+  for (;;) {
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock<std::mutex> lock(gMu);
+      gCv.wait(lock, [&] { return lane->stop || (!lane->queue.empty() && lane->queue.front()->waiting.load() == 0); });
+      if (lane->stop) {  // release() gave up waiting: free the streams, the outputs are lost
+        for (auto& j : lane->queue) raise(j->flag);
+        return;
+      }
+      job = lane->queue.front();
+      lane->queue.pop_front();
+    }
+    runJob(*job);
+  }
+}
+
+Lane& laneFor(Communicator& comm) {
+  std::lock_guard<std::mutex> lock(gMu);
+  std::unique_ptr<Lane>& l = gLanes[&comm];
+  if (!l) {
+    l = std::make_unique<Lane>();
+    l->comm = &comm;
+    l->proxy = std::thread(proxyLoop, l.get());
+    gAnyLane.store(true);
+    STRATA_INFO(kSubsysInit, comm.rank(), "device path: proxy thread started (device %d)", comm.device());
+  }
+  return *l;
+}
+
+}  // namespace
+
+bool touchesDevice(const OpDesc& op) {
+  if (device::gpuCount() == 0) return false;
+  return device::isDevicePointer(op.sendbuff) || device::isDevicePointer(op.recvbuff);
+}
+
+void enqueue(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
+  for (auto& [h, op] : ops)
+    STRATA_REQUIRE(!device::streamCapturing(op.stream), ncclInvalidUsage,
+                   "%s: rank %d: the stream is being captured into a CUDA graph; Strata's device path runs each "
+                   "operation through a host proxy thread, which a graph cannot replay (capture is not supported yet)",
+                   op.fn, h->rank);
+  auto job = std::make_shared<Job>();
+  job->flag = acquireFlag();
+  std::vector<void*> streams;  // distinct, in first-use order, each with a device to launch on
+  std::vector<int> streamDevice;
+  struct Back {
+    void* stream;
+    void* dst;
+    const void* src;
+    size_t bytes;
+  };
+  std::vector<Back> backs;
+  for (auto& [h, op] : ops) {
+    Communicator& c = *h->impl;
+    Staging s = stagingOf(op, c.nranks(), c.rank());
+    OpDesc host = op;
+    host.stream = nullptr;
+    host.sendbuff = s.in ? acquire(s.in, *job) : nullptr;
+    host.recvbuff = s.out ? acquire(s.out, *job) : nullptr;
+    if (std::find(streams.begin(), streams.end(), op.stream) == streams.end()) {
+      streams.push_back(op.stream);
+      streamDevice.push_back(c.device());
+    }
+    int prev = device::setCurrentDevice(c.device());
+    if (s.readsIn) device::copyAsync(const_cast<void*>(host.sendbuff), op.sendbuff, s.in, op.stream);
+    device::setCurrentDevice(prev);
+    if (s.writesOut) backs.push_back({op.stream, op.recvbuff, host.recvbuff, s.out});
+    job->hostOps.emplace_back(h, host);
+    Lane& l = laneFor(c);
+    if (std::find(job->lanes.begin(), job->lanes.end(), &l) == job->lanes.end()) job->lanes.push_back(&l);
+  }
+  job->home = job->lanes.front();
+  job->waiting = static_cast<int>(streams.size());
+  job->finishing = static_cast<int>(streams.size());
+  {
+    std::lock_guard<std::mutex> lock(gMu);
+    gJobs.insert(job);
+    for (Lane* l : job->lanes) ++l->unfinished;
+    job->home->queue.push_back(job);
+  }
+  for (size_t i = 0; i < streams.size(); ++i) {
+    int prev = device::setCurrentDevice(streamDevice[i]);
+    device::hostCallback(streams[i], onInputsStaged, job.get());
+    device::waitHostFlag(streams[i], job->flag, 1);
+    for (const Back& b : backs)
+      if (b.stream == streams[i]) device::copyAsync(b.dst, b.src, b.bytes, b.stream);
+    device::hostCallback(streams[i], onOutputsCopied, job.get());
+    device::setCurrentDevice(prev);
+  }
+}
+
+void drain(Communicator& comm) {
+  if (!gAnyLane.load()) return;
+  std::unique_lock<std::mutex> lock(gMu);
+  auto it = gLanes.find(&comm);
+  if (it == gLanes.end()) return;
+  Lane* l = it->second.get();
+  double timeout = config().timeoutSec;
+  bool done = gCv.wait_for(lock, std::chrono::duration<double>(timeout), [&] { return l->unfinished == 0; });
+  STRATA_REQUIRE(done, ncclSystemError,
+                 "rank %d: %d operation(s) on device buffers did not finish within %.0f s (STRATA_TIMEOUT): is the "
+                 "stream they were enqueued on blocked?",
+                 comm.rank(), l->unfinished, timeout);
+}
+
+void release(Communicator& comm) {
+  if (!gAnyLane.load()) return;
+  {
+    std::lock_guard<std::mutex> lock(gMu);
+    if (!gLanes.count(&comm)) return;
+  }
+  try {
+    drain(comm);
+  } catch (const Error& e) {
+    STRATA_WARN(comm.rank(), "%s; destroying the communicator anyway", e.what());
+  }
+  std::unique_ptr<Lane> lane;
+  {
+    std::lock_guard<std::mutex> lock(gMu);
+    auto it = gLanes.find(&comm);
+    it->second->stop = true;
+    gCv.notify_all();
+    lane = std::move(it->second);
+    gLanes.erase(it);
+  }
+  lane->proxy.join();
+  std::lock_guard<std::mutex> lock(gMu);
+  if (lane->unfinished > 0) gStuckLanes.push_back(std::move(lane));
+}
+
+}  // namespace strata::core::device_path

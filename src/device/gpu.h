@@ -1,0 +1,67 @@
+// The GPU as this build and machine have it, and the device kernels. No CUDA
+// type appears here: a build without CUDA implements the same calls (no GPUs,
+// host memory only), so callers never need #ifdefs. Streams are cudaStream_t
+// passed as void*.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "device/cpu_reduce.h"
+
+namespace strata::device {
+
+// True when this build has the CUDA path.
+bool gpuBuild();
+// GPUs visible to this process; 0 without a driver or a device (never throws).
+int gpuCount();
+// Why gpuCount() is 0 ("built without CUDA", "no CUDA driver", ...); empty when it is not.
+std::string gpuUnavailableReason();
+// True for memory the CUDA runtime knows as device (or managed) memory; `device`
+// gets its GPU. Host memory, and everything when gpuCount() is 0, is false.
+bool isDevicePointer(const void* p, int* device = nullptr);
+// The calling thread's current device, or -1 without GPUs.
+int currentDevice();
+
+// Device memory for ncclMemAlloc / ncclMemFree on the current device. Throws
+// Error(ncclUnhandledCudaError) with CUDA's message.
+void* gpuAlloc(size_t bytes);
+void gpuFree(void* p);
+
+// Kernels, enqueued on `stream` (0: the legacy default stream). Same results, to
+// the bit, as the CPU functions of the same names (cpu_reduce.h): fp16, bf16 and
+// fp8 are computed in float and rounded to nearest even after every step.
+// dst = inputs[0] OP ... OP inputs[n-1], then finalize (avg's divide); any n >= 1.
+void gpuReduceInOrder(void* dst, const void* const* inputs, int n, size_t count, ncclDataType_t type,
+                      const ReduceOp& op, void* stream);
+// dst = src x the op's scalar (pre-multiplied sum), or a copy.
+void gpuPrepare(void* dst, const void* src, size_t count, ncclDataType_t type, const ReduceOp& op, void* stream);
+// A vectorised copy (16-byte loads and stores where alignment allows).
+void gpuCopy(void* dst, const void* src, size_t bytes, void* stream);
+
+// Stream-ordered pieces of the host-staged device path (core/device_path.cc).
+// True while `stream` is being captured into a CUDA graph.
+bool streamCapturing(void* stream);
+// Page-locked host memory, mapped for the GPU and usable from any device.
+void* pinnedAlloc(size_t bytes);
+void pinnedFree(void* p);
+// cudaMemcpyAsync in whichever direction the pointers say.
+void copyAsync(void* dst, const void* src, size_t bytes, void* stream);
+// Runs fn(arg) on CUDA's callback thread once the stream's earlier work is done.
+// fn must not call CUDA and must not block.
+void hostCallback(void* stream, void (*fn)(void*), void* arg);
+// Holds the stream until *flag >= value: a one-thread kernel polls the pinned word
+// the host writes.
+void waitHostFlag(void* stream, const uint64_t* flag, uint64_t value);
+// Makes `device` current on the calling thread; returns the previous one.
+int setCurrentDevice(int device);
+// Streams and synchronous copies for tools and tests (a non-blocking stream on the
+// current device).
+void* streamCreate();
+void streamDestroy(void* stream);
+void streamSynchronize(void* stream);
+void copySync(void* dst, const void* src, size_t bytes);
+void memsetSync(void* dst, int value, size_t bytes);
+
+}  // namespace strata::device

@@ -1,0 +1,255 @@
+// Copy and reduce kernels for every NCCL type and op. Each thread moves 16 bytes
+// per input per step (one vector load), combining the inputs in order and
+// rounding to the storage type after every combine, exactly as the CPU path does.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "device/gpu.h"
+
+namespace strata::device {
+
+void checkCuda(int err, const char* what);  // gpu_cuda.cc
+
+namespace {
+
+constexpr int kMaxInputs = 8;  // per launch; more are folded in later launches
+constexpr int kThreads = 512;
+
+// Storage type -> the type arithmetic is done in, and back (round to nearest even;
+// fp8 saturates to the largest finite value, as the CPU conversions do).
+template <typename T>
+struct DevFormat {
+  using C = T;
+  __device__ static C load(T v) { return v; }
+  __device__ static T store(C v) { return v; }
+};
+template <>
+struct DevFormat<__half> {
+  using C = float;
+  __device__ static float load(__half v) { return __half2float(v); }
+  __device__ static __half store(float v) { return __float2half_rn(v); }
+};
+template <>
+struct DevFormat<__nv_bfloat16> {
+  using C = float;
+  __device__ static float load(__nv_bfloat16 v) { return __bfloat162float(v); }
+  __device__ static __nv_bfloat16 store(float v) { return __float2bfloat16_rn(v); }
+};
+template <>
+struct DevFormat<__nv_fp8_e4m3> {
+  using C = float;
+  __device__ static float load(__nv_fp8_e4m3 v) { return static_cast<float>(v); }
+  __device__ static __nv_fp8_e4m3 store(float v) { return __nv_fp8_e4m3(v); }
+};
+template <>
+struct DevFormat<__nv_fp8_e5m2> {
+  using C = float;
+  __device__ static float load(__nv_fp8_e5m2 v) { return static_cast<float>(v); }
+  __device__ static __nv_fp8_e5m2 store(float v) { return __nv_fp8_e5m2(v); }
+};
+
+template <typename C>
+__device__ C combine(C a, C b, ReduceKind kind) {
+  if constexpr (std::is_integral_v<C>) {
+    using U = std::make_unsigned_t<C>;  // wraps instead of overflowing, as on the CPU
+    switch (kind) {
+      case ReduceKind::kSum: return static_cast<C>(static_cast<U>(a) + static_cast<U>(b));
+      case ReduceKind::kProd: return static_cast<C>(static_cast<U>(a) * static_cast<U>(b));
+      case ReduceKind::kMax: return a > b ? a : b;
+      default: return a < b ? a : b;
+    }
+  } else {
+    switch (kind) {
+      case ReduceKind::kSum: return a + b;
+      case ReduceKind::kProd: return a * b;
+      case ReduceKind::kMax: return a > b ? a : b;
+      default: return a < b ? a : b;
+    }
+  }
+}
+
+template <typename T>
+struct Params {
+  const T* in[kMaxInputs];
+  int n;
+  ReduceKind kind;
+  bool scale;  // multiply by `scalar` (pre-multiplied sum): gpuPrepare only
+  typename DevFormat<T>::C scalar;
+  int divide;  // > 1: divide the result (avg)
+};
+
+template <typename T>
+__device__ T element(const Params<T>& p, size_t i) {
+  using F = DevFormat<T>;
+  using C = typename F::C;
+  if (p.scale) return F::store(F::load(p.in[0][i]) * p.scalar);
+  T acc = p.in[0][i];
+  for (int j = 1; j < p.n; ++j) acc = F::store(combine<C>(F::load(acc), F::load(p.in[j][i]), p.kind));
+  if (p.divide > 1) acc = F::store(F::load(acc) / static_cast<C>(p.divide));
+  return acc;
+}
+
+// Grid-stride over 16-byte vectors when every pointer is 16-byte aligned, then the
+// tail element by element.
+template <typename T>
+__global__ void reduceKernel(T* dst, Params<T> p, size_t count, bool vectors) {
+  constexpr int V = 16 / sizeof(T);
+  size_t tid = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  size_t done = 0;
+  if (vectors) {
+    size_t nvec = count / V;
+    for (size_t v = tid; v < nvec; v += stride) {
+      uint4 raw[kMaxInputs];
+      for (int j = 0; j < p.n; ++j) raw[j] = reinterpret_cast<const uint4*>(p.in[j])[v];
+      uint4 out;
+      T* o = reinterpret_cast<T*>(&out);
+      Params<T> lane = p;
+      for (int k = 0; k < V; ++k) {
+        for (int j = 0; j < p.n; ++j) lane.in[j] = reinterpret_cast<const T*>(&raw[j]);
+        o[k] = element(lane, k);
+      }
+      reinterpret_cast<uint4*>(dst)[v] = out;
+    }
+    done = nvec * V;
+  }
+  for (size_t i = done + tid; i < count; i += stride) dst[i] = element(p, i);
+}
+
+__global__ void copyKernel(uint4* dst, const uint4* src, size_t n) {
+  size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += stride) dst[i] = src[i];
+}
+__global__ void copyBytesKernel(char* dst, const char* src, size_t n) {
+  size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += stride) dst[i] = src[i];
+}
+
+// Polls a word of pinned host memory that the host raises; the sleep keeps the
+// PCIe reads down to one every few microseconds.
+__global__ void waitFlagKernel(const volatile uint64_t* flag, uint64_t value) {
+  while (*flag < value) __nanosleep(2000);
+}
+
+int blocksFor(size_t work) {
+  static int sms = [] {
+    int dev = 0, n = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    return n > 0 ? n : 80;
+  }();
+  size_t want = (work + kThreads - 1) / kThreads;
+  return static_cast<int>(std::max<size_t>(1, std::min<size_t>(want, static_cast<size_t>(sms) * 4)));
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <typename T>
+void launch(void* dst, const void* const* inputs, int n, size_t count, const ReduceOp& op, bool scale, int divide,
+            cudaStream_t s) {
+  using C = typename DevFormat<T>::C;
+  Params<T> p{};
+  p.n = n;
+  p.kind = op.kind;
+  p.scale = scale;
+  p.divide = divide;
+  if constexpr (std::is_integral_v<C>) {
+    p.scalar = static_cast<C>(op.scalarI);
+  } else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    p.scalar = static_cast<C>(op.scalarF);
+  } else {  // rounded to the storage type first, as a scalar of that type would be (cpu_reduce.cc)
+    p.scalar = static_cast<float>(T(static_cast<float>(op.scalarF)));
+  }
+  bool vectors = aligned16(dst);
+  for (int j = 0; j < n; ++j) {
+    p.in[j] = static_cast<const T*>(inputs[j]);
+    vectors = vectors && aligned16(inputs[j]);
+  }
+  size_t work = vectors ? count / (16 / sizeof(T)) + 1 : count;
+  reduceKernel<T><<<blocksFor(work), kThreads, 0, s>>>(static_cast<T*>(dst), p, count, vectors);
+  checkCuda(cudaGetLastError(), "reduce kernel launch");
+}
+
+template <typename F>
+void withDevType(ncclDataType_t type, F&& f) {
+  switch (type) {
+    case ncclInt8: return f(int8_t{});
+    case ncclUint8: return f(uint8_t{});
+    case ncclInt32: return f(int32_t{});
+    case ncclUint32: return f(uint32_t{});
+    case ncclInt64: return f(int64_t{});
+    case ncclUint64: return f(uint64_t{});
+    case ncclFloat16: return f(__half{});
+    case ncclFloat32: return f(float{});
+    case ncclFloat64: return f(double{});
+    case ncclBfloat16: return f(__nv_bfloat16{});
+    case ncclFloat8e4m3: return f(__nv_fp8_e4m3{});
+    default: return f(__nv_fp8_e5m2{});
+  }
+}
+
+size_t elementSize(ncclDataType_t type) {
+  size_t bytes = 0;
+  withDevType(type, [&](auto tag) { bytes = sizeof(tag); });
+  return bytes;
+}
+
+}  // namespace
+
+void gpuReduceInOrder(void* dst, const void* const* inputs, int n, size_t count, ncclDataType_t type,
+                      const ReduceOp& op, void* stream) {
+  if (count == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  withDevType(type, [&](auto tag) {
+    using T = decltype(tag);
+    // Up to 8 inputs per launch; each later launch folds 7 more into dst, keeping the order.
+    int first = std::min(n, kMaxInputs);
+    launch<T>(dst, inputs, first, count, op, false, first == n ? op.postDivide : 0, s);
+    for (int done = first; done < n;) {
+      const void* next[kMaxInputs] = {dst};
+      int k = std::min(n - done, kMaxInputs - 1);
+      for (int j = 0; j < k; ++j) next[j + 1] = inputs[done + j];
+      done += k;
+      launch<T>(dst, next, k + 1, count, op, false, done == n ? op.postDivide : 0, s);
+    }
+  });
+}
+
+void gpuPrepare(void* dst, const void* src, size_t count, ncclDataType_t type, const ReduceOp& op, void* stream) {
+  if (count == 0) return;
+  if (!op.preMultiply) return gpuCopy(dst, src, count * elementSize(type), stream);
+  const void* in[1] = {src};
+  withDevType(type, [&](auto tag) {
+    launch<decltype(tag)>(dst, in, 1, count, op, true, 0, static_cast<cudaStream_t>(stream));
+  });
+}
+
+void waitHostFlag(void* stream, const uint64_t* flag, uint64_t value) {
+  void* onDevice = nullptr;
+  checkCuda(cudaHostGetDevicePointer(&onDevice, const_cast<uint64_t*>(flag), 0), "cudaHostGetDevicePointer");
+  waitFlagKernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<const volatile uint64_t*>(onDevice), value);
+  checkCuda(cudaGetLastError(), "wait kernel launch");
+}
+
+void gpuCopy(void* dst, const void* src, size_t bytes, void* stream) {
+  if (bytes == 0 || dst == src) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  if (aligned16(dst) && aligned16(src)) {
+    size_t n = bytes / 16;
+    if (n) copyKernel<<<blocksFor(n), kThreads, 0, s>>>(static_cast<uint4*>(dst), static_cast<const uint4*>(src), n);
+    size_t tail = bytes - n * 16;
+    if (tail)
+      copyBytesKernel<<<1, 32, 0, s>>>(static_cast<char*>(dst) + n * 16, static_cast<const char*>(src) + n * 16, tail);
+  } else {
+    copyBytesKernel<<<blocksFor(bytes), kThreads, 0, s>>>(static_cast<char*>(dst), static_cast<const char*>(src), bytes);
+  }
+  checkCuda(cudaGetLastError(), "copy kernel launch");
+}
+
+}  // namespace strata::device
