@@ -148,17 +148,22 @@ void onOutputsCopied(void* arg) {
   gCv.notify_all();
 }
 
+void failJob(Job& job, ncclResult_t code, const char* what) {
+  for (auto& [h, op] : job.hostOps) {
+    Communicator& c = *h->impl;
+    if (c.asyncError() == ncclSuccess) c.setAsyncError(code);
+  }
+  STRATA_WARN(job.home->comm->rank(),
+              "device path: %s; the stream goes on with undefined output (ncclCommGetAsyncError reports it)", what);
+}
+
 void runJob(Job& job) {
   try {
     group::runHostOps(job.hostOps);
   } catch (const Error& e) {
-    for (auto& [h, op] : job.hostOps) {
-      Communicator& c = *h->impl;
-      if (c.asyncError() == ncclSuccess) c.setAsyncError(e.code());
-    }
-    STRATA_WARN(job.home->comm->rank(),
-                "device path: %s; the stream goes on with undefined output (ncclCommGetAsyncError reports it)",
-                e.what());
+    failJob(job, e.code(), e.what());
+  } catch (const std::exception& e) {  // the proxy must outlive any failure: streams wait on it
+    failJob(job, ncclInternalError, e.what());
   }
   raise(job.flag);
 }
