@@ -109,6 +109,71 @@ int numaOf(hwloc_topology_t topo, hwloc_obj_t obj) {
 
 }  // namespace
 
+namespace {
+
+// One <cpu> per NUMA domain (one for the machine when hwloc reports none).
+std::map<int, XmlElement*> addCpus(hwloc_topology_t topo, XmlElement& root) {
+  struct utsname u;
+  std::string arch = uname(&u) == 0 ? u.machine : "x86_64";
+  if (arch == "aarch64") arch = "arm64";
+  hwloc_obj_t pkg = hwloc_get_obj_by_type(topo, HWLOC_OBJ_PACKAGE, 0);
+  auto info = [&](const char* key) {
+    const char* v = pkg ? hwloc_obj_get_info_by_name(pkg, key) : nullptr;
+    return std::string(v ? v : "");
+  };
+  std::map<int, XmlElement*> cpus;
+  int numas = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
+  root.children.reserve(numas > 0 ? numas : 1);  // the map keeps pointers into it
+  for (int i = 0; i < std::max(numas, 1); ++i) {
+    hwloc_obj_t numa = numas > 0 ? hwloc_get_obj_by_type(topo, HWLOC_OBJ_NUMANODE, i) : nullptr;
+    XmlElement& cpu = root.add("cpu");
+    int id = numa ? static_cast<int>(numa->os_index) : 0;
+    cpu.set("numaid", std::to_string(id));
+    cpu.set("affinity", affinity(numa ? numa->cpuset : hwloc_topology_get_topology_cpuset(topo)));
+    cpu.set("arch", arch);
+    if (!info("CPUVendor").empty()) cpu.set("vendor", info("CPUVendor"));
+    if (!info("CPUFamilyNumber").empty()) cpu.set("familyid", info("CPUFamilyNumber"));
+    if (!info("CPUModelNumber").empty()) cpu.set("modelid", info("CPUModelNumber"));
+    cpus[id] = &cpu;
+  }
+  return cpus;
+}
+
+void addPort(XmlElement& pci, hwloc_obj_t net, int dev, std::vector<std::string>* warnings) {
+  XmlElement& port = pci.add("nic").add("net");
+  port.set("name", net->name);
+  port.set("dev", std::to_string(dev));
+  long speed = nicSpeedMbps(net);
+  if (speed > 0)
+    port.set("speed", std::to_string(speed));
+  else
+    warnings->push_back(format("NIC %s reports no link speed; NCCL's default 10 Gb/s is assumed", net->name));
+  port.set("port", "1");
+  port.set("gdr", "0");
+}
+
+// The PCI paths to every NVIDIA GPU and every network device, under their NUMA domain.
+void addDevices(hwloc_topology_t topo, std::map<int, XmlElement*>& cpus, std::vector<std::string>* warnings) {
+  int firstNuma = cpus.begin()->first, devices = 0, nics = 0, unplaced = 0;
+  for (hwloc_obj_t o = hwloc_get_next_pcidev(topo, nullptr); o; o = hwloc_get_next_pcidev(topo, o)) {
+    hwloc_obj_t net = networkDevice(o);
+    if (!isGpu(o->attr->pcidev) && !net) continue;
+    int numa = numaOf(topo, o);
+    if (numa < 0 || !cpus.count(numa)) {
+      ++unplaced;
+      numa = firstNuma;
+    }
+    XmlElement& e = pciElement(*cpus[numa], o);
+    ++devices;
+    if (net) addPort(e, net, nics++, warnings);
+  }
+  if (devices == 0) warnings->push_back("hwloc sees no GPU and no NIC on PCI (a container or VM hiding /sys/bus/pci?)");
+  if (unplaced)
+    warnings->push_back(format("%d PCI device(s) report no NUMA node (a VM?); placed on NUMA %d", unplaced, firstNuma));
+}
+
+}  // namespace
+
 XmlElement hwlocTopology(std::vector<std::string>* warnings) {
   XmlElement root;
   root.name = "system";
@@ -131,53 +196,8 @@ XmlElement hwlocTopology(std::vector<std::string>* warnings) {
     root.add("cpu").set("numaid", "0");
     return root;
   }
-  struct utsname u;
-  std::string arch = uname(&u) == 0 ? u.machine : "x86_64";
-  if (arch == "aarch64") arch = "arm64";
-  hwloc_obj_t pkg = hwloc_get_obj_by_type(topo, HWLOC_OBJ_PACKAGE, 0);
-  auto info = [&](const char* key) {
-    const char* v = pkg ? hwloc_obj_get_info_by_name(pkg, key) : nullptr;
-    return std::string(v ? v : "");
-  };
-  std::map<int, XmlElement*> cpus;
-  int numas = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
-  root.children.reserve(numas > 0 ? numas : 1);
-  for (int i = 0; i < std::max(numas, 1); ++i) {
-    hwloc_obj_t numa = numas > 0 ? hwloc_get_obj_by_type(topo, HWLOC_OBJ_NUMANODE, i) : nullptr;
-    XmlElement& cpu = root.add("cpu");
-    int id = numa ? static_cast<int>(numa->os_index) : 0;
-    cpu.set("numaid", std::to_string(id));
-    cpu.set("affinity", affinity(numa ? numa->cpuset : hwloc_topology_get_topology_cpuset(topo)));
-    cpu.set("arch", arch);
-    if (!info("CPUVendor").empty()) cpu.set("vendor", info("CPUVendor"));
-    if (!info("CPUFamilyNumber").empty()) cpu.set("familyid", info("CPUFamilyNumber"));
-    if (!info("CPUModelNumber").empty()) cpu.set("modelid", info("CPUModelNumber"));
-    cpus[id] = &cpu;
-  }
-  int firstNuma = cpus.begin()->first, devices = 0, unplaced = 0;
-  for (hwloc_obj_t o = hwloc_get_next_pcidev(topo, nullptr); o; o = hwloc_get_next_pcidev(topo, o)) {
-    hwloc_obj_t net = networkDevice(o);
-    if (!isGpu(o->attr->pcidev) && !net) continue;
-    int numa = numaOf(topo, o);
-    if (numa < 0 || !cpus.count(numa)) {
-      ++unplaced;
-      numa = firstNuma;
-    }
-    XmlElement& e = pciElement(*cpus[numa], o);
-    ++devices;
-    if (!net) continue;
-    XmlElement& port = e.add("nic").add("net");
-    port.set("name", net->name);
-    port.set("dev", std::to_string(devices - 1));
-    long speed = nicSpeedMbps(net);
-    if (speed > 0) port.set("speed", std::to_string(speed));
-    else warnings->push_back(format("NIC %s reports no link speed; NCCL's default 10 Gb/s is assumed", net->name));
-    port.set("port", "1");
-    port.set("gdr", "0");
-  }
-  if (devices == 0) warnings->push_back("hwloc sees no GPU and no NIC on PCI (a container or VM hiding /sys/bus/pci?)");
-  if (unplaced)
-    warnings->push_back(format("%d PCI device(s) report no NUMA node (a VM?); placed on NUMA %d", unplaced, firstNuma));
+  std::map<int, XmlElement*> cpus = addCpus(topo, root);
+  addDevices(topo, cpus, warnings);
   hwloc_topology_destroy(topo);
   return root;
 }
