@@ -205,6 +205,42 @@ bool touchesDevice(const OpDesc& op) {
   return device::isDevicePointer(op.sendbuff) || device::isDevicePointer(op.recvbuff);
 }
 
+namespace {
+
+// A copy back to the device, made on `stream` once the proxy is done.
+struct CopyBack {
+  void* stream;
+  void* dst;
+  const void* src;
+  size_t bytes;
+};
+
+// Rewrites the operations onto staging buffers and enqueues the input copies;
+// returns the distinct streams (with the device to launch on) and the copies back.
+void stageInputs(const std::vector<std::pair<ncclComm*, OpDesc>>& ops, Job& job,
+                 std::vector<std::pair<void*, int>>* streams, std::vector<CopyBack>* backs) {
+  for (auto& [h, op] : ops) {
+    Communicator& c = *h->impl;
+    Staging s = stagingOf(op, c.nranks(), c.rank());
+    OpDesc host = op;
+    host.stream = nullptr;
+    host.sendbuff = s.in ? acquire(s.in, job) : nullptr;
+    host.recvbuff = s.out ? acquire(s.out, job) : nullptr;
+    auto known = [&](const std::pair<void*, int>& e) { return e.first == op.stream; };
+    if (std::find_if(streams->begin(), streams->end(), known) == streams->end())
+      streams->emplace_back(op.stream, c.device());
+    int prev = device::setCurrentDevice(c.device());
+    if (s.readsIn) device::copyAsync(const_cast<void*>(host.sendbuff), op.sendbuff, s.in, op.stream);
+    device::setCurrentDevice(prev);
+    if (s.writesOut) backs->push_back({op.stream, op.recvbuff, host.recvbuff, s.out});
+    job.hostOps.emplace_back(h, host);
+    Lane& l = laneFor(c);
+    if (std::find(job.lanes.begin(), job.lanes.end(), &l) == job.lanes.end()) job.lanes.push_back(&l);
+  }
+}
+
+}  // namespace
+
 void enqueue(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
   for (auto& [h, op] : ops)
     STRATA_REQUIRE(!device::streamCapturing(op.stream), ncclInvalidUsage,
@@ -213,34 +249,9 @@ void enqueue(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
                    op.fn, h->rank);
   auto job = std::make_shared<Job>();
   job->flag = acquireFlag();
-  std::vector<void*> streams;  // distinct, in first-use order, each with a device to launch on
-  std::vector<int> streamDevice;
-  struct Back {
-    void* stream;
-    void* dst;
-    const void* src;
-    size_t bytes;
-  };
-  std::vector<Back> backs;
-  for (auto& [h, op] : ops) {
-    Communicator& c = *h->impl;
-    Staging s = stagingOf(op, c.nranks(), c.rank());
-    OpDesc host = op;
-    host.stream = nullptr;
-    host.sendbuff = s.in ? acquire(s.in, *job) : nullptr;
-    host.recvbuff = s.out ? acquire(s.out, *job) : nullptr;
-    if (std::find(streams.begin(), streams.end(), op.stream) == streams.end()) {
-      streams.push_back(op.stream);
-      streamDevice.push_back(c.device());
-    }
-    int prev = device::setCurrentDevice(c.device());
-    if (s.readsIn) device::copyAsync(const_cast<void*>(host.sendbuff), op.sendbuff, s.in, op.stream);
-    device::setCurrentDevice(prev);
-    if (s.writesOut) backs.push_back({op.stream, op.recvbuff, host.recvbuff, s.out});
-    job->hostOps.emplace_back(h, host);
-    Lane& l = laneFor(c);
-    if (std::find(job->lanes.begin(), job->lanes.end(), &l) == job->lanes.end()) job->lanes.push_back(&l);
-  }
+  std::vector<std::pair<void*, int>> streams;
+  std::vector<CopyBack> backs;
+  stageInputs(ops, *job, &streams, &backs);
   job->home = job->lanes.front();
   job->waiting = static_cast<int>(streams.size());
   job->finishing = static_cast<int>(streams.size());
@@ -250,13 +261,14 @@ void enqueue(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
     for (Lane* l : job->lanes) ++l->unfinished;
     job->home->queue.push_back(job);
   }
-  for (size_t i = 0; i < streams.size(); ++i) {
-    int prev = device::setCurrentDevice(streamDevice[i]);
-    device::hostCallback(streams[i], onInputsStaged, job.get());
-    device::waitHostFlag(streams[i], job->flag, 1);
-    for (const Back& b : backs)
-      if (b.stream == streams[i]) device::copyAsync(b.dst, b.src, b.bytes, b.stream);
-    device::hostCallback(streams[i], onOutputsCopied, job.get());
+  // Per stream: tell the proxy, wait for it, copy back, hand the staging back.
+  for (auto& [stream, dev] : streams) {
+    int prev = device::setCurrentDevice(dev);
+    device::hostCallback(stream, onInputsStaged, job.get());
+    device::waitHostFlag(stream, job->flag, 1);
+    for (const CopyBack& b : backs)
+      if (b.stream == stream) device::copyAsync(b.dst, b.src, b.bytes, b.stream);
+    device::hostCallback(stream, onOutputsCopied, job.get());
     device::setCurrentDevice(prev);
   }
 }
