@@ -20,6 +20,7 @@ struct PeerInfo {
   double netGBps = 0;        // its network rate for the tuner (STRATA_NET_GBPS, its rail, or the NIC's speed; 0 unknown)
   int rail = -1;             // the topology's network port it uses (NCCL_TOPO_FILE), -1: the socket interface
   int numaNode = 0;          // the NUMA domain it runs on: ranks of a node are ringed in NUMA order
+  char busId[16] = {};       // its GPU's PCI bus id ("0000:07:00.0"), empty without one
   char hostname[64] = {};
   char bellName[64] = {};    // shared-memory doorbell that peers ring
 

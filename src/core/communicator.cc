@@ -10,6 +10,8 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/shm_segment.h"
+#include "core/device_direct.h"
+#include "device/gpu.h"
 #include "topology/local.h"
 #include "topology/planner.h"
 
@@ -44,6 +46,7 @@ PeerInfo Communicator::describeSelf(int rank, const CommOptions& opts, std::shar
   self.rank = rank;
   self.pid = getpid();
   self.device = opts.device;
+  copyString(self.busId, sizeof(self.busId), device::gpuBusId(opts.device));
   self.hostHash = hostIdentity(nullptr);
   self.processHash = processIdentity();
   self.machineHash = machineIdentity();
@@ -127,6 +130,7 @@ void Communicator::setup(std::vector<PeerInfo> peers, std::unique_ptr<Bootstrap>
   for (const PeerInfo& p : peers_)
     sharedMemory_ = sharedMemory_ && transport::selectTransport(peers_[rank_], p).sharesMemory();
   connectRing();
+  device_direct::setup(*this);  // collective: maps the ranks' GPU staging when they may talk directly
   bootstrap_->barrier();  // every rank's connections are up before anyone returns
   STRATA_INFO(kSubsysInit, rank_, "comm %s commId 0x%016llx rank %d nranks %d pid %d - %d channel(s) of %d x %zu B slots%s%s",
               opts_.name.empty() ? "-" : opts_.name.c_str(), static_cast<unsigned long long>(magic()), rank_, nranks(),

@@ -19,6 +19,10 @@
 #include "device/cpu_reduce.h"
 #include "transports/transport.h"
 
+namespace strata::transport::cuda_ipc {
+struct Mesh;
+}
+
 namespace strata::core {
 
 // A ring channel: this rank receives from its predecessor and sends to its successor.
@@ -66,6 +70,10 @@ class Communicator {
   uint64_t magic() const { return bootstrap_->magic(); }
   const CommOptions& options() const { return opts_; }
   const PeerInfo& peer(int r) const { return peers_[r]; }
+  const std::vector<PeerInfo>& peers() const { return peers_; }
+  // The cuda_ipc mesh of GPU staging buffers (device_direct.h); null when not used.
+  const std::shared_ptr<transport::cuda_ipc::Mesh>& deviceMesh() const { return deviceMesh_; }
+  void setDeviceMesh(std::shared_ptr<transport::cuda_ipc::Mesh> m) { deviceMesh_ = std::move(m); }
   Bootstrap& bootstrap() { return *bootstrap_; }
   Doorbell& bell() { return *bell_; }
   size_t slotBytes() const { return slotBytes_; }
@@ -179,6 +187,7 @@ class Communicator {
   std::vector<std::vector<int>> nodes_;
   std::vector<int> nodeOf_, ringOrder_, ringPos_;
   int localRank_ = 0;
+  std::shared_ptr<transport::cuda_ipc::Mesh> deviceMesh_;
   double netGBps_ = 0;  // the network rate the tuner assumes (STRATA_NET_GBPS or the NIC's speed)
   std::map<LinkKey, std::unique_ptr<transport::SendConnection>> linkSend_;
   std::map<LinkKey, std::unique_ptr<transport::RecvConnection>> linkRecv_;

@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "core/communicator.h"
+#include "core/device_direct.h"
 #include "core/group.h"
 #include "device/dtypes.h"
 #include "device/gpu.h"
@@ -35,6 +36,7 @@ struct Job {
   std::atomic<int> finishing{0};                       // streams whose outputs are not copied back yet
   std::vector<Lane*> lanes;                            // every communicator the job touches
   Lane* home = nullptr;                                // the one whose proxy runs it
+  bool direct = false;                                 // GPU to GPU over cuda_ipc, no host staging
 };
 
 // Per communicator: its proxy thread and queue.
@@ -42,6 +44,7 @@ struct Lane {
   Communicator* comm = nullptr;
   std::deque<std::shared_ptr<Job>> queue;
   std::thread proxy;
+  void* stream = nullptr;  // the proxy's own, for GPU-to-GPU jobs
   bool stop = false;
   int unfinished = 0;  // jobs touching this communicator that have not finished
 };
@@ -159,7 +162,10 @@ void failJob(Job& job, ncclResult_t code, const char* what) {
 
 void runJob(Job& job) {
   try {
-    group::runHostOps(job.hostOps);
+    if (job.direct)
+      device_direct::run(job.hostOps, &job.home->stream);
+    else
+      group::runHostOps(job.hostOps);
   } catch (const Error& e) {
     failJob(job, e.code(), e.what());
   } catch (const std::exception& e) {  // the proxy must outlive any failure: streams wait on it
@@ -251,7 +257,14 @@ void enqueue(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
   job->flag = acquireFlag();
   std::vector<std::pair<void*, int>> streams;
   std::vector<CopyBack> backs;
-  stageInputs(ops, *job, &streams, &backs);
+  job->direct = device_direct::fits(ops);
+  if (job->direct) {  // the proxy reads and writes the device buffers itself
+    job->hostOps = ops;
+    job->lanes.push_back(&laneFor(*ops.front().first->impl));
+    streams.emplace_back(ops.front().second.stream, ops.front().first->impl->device());
+  } else {
+    stageInputs(ops, *job, &streams, &backs);
+  }
   job->home = job->lanes.front();
   job->waiting = static_cast<int>(streams.size());
   job->finishing = static_cast<int>(streams.size());
@@ -308,6 +321,7 @@ void release(Communicator& comm) {
     gLanes.erase(it);
   }
   lane->proxy.join();
+  if (lane->stream) device::streamDestroy(lane->stream);
   std::lock_guard<std::mutex> lock(gMu);
   if (lane->unfinished > 0) gStuckLanes.push_back(std::move(lane));
 }

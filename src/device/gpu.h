@@ -64,4 +64,14 @@ void streamSynchronize(void* stream);
 void copySync(void* dst, const void* src, size_t bytes);
 void memsetSync(void* dst, int value, size_t bytes);
 
+// CUDA IPC: device memory another process of this node can map.
+// Allocates `bytes` on the current device; *handle gets the exportable handle.
+void* ipcAlloc(size_t bytes, std::string* handle);
+void ipcFree(void* p);
+// Maps a peer's allocation (peer access enabled as needed); null with *why on failure.
+void* ipcOpen(const std::string& handle, std::string* why);
+void ipcClose(void* p);
+// The PCI bus id of a device ("0000:07:00.0"), as NVML and the topology name it.
+std::string gpuBusId(int device);
+
 }  // namespace strata::device

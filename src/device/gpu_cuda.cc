@@ -2,6 +2,7 @@
 // on machines without the toolkit; the driver is looked up at first use).
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <mutex>
 
 #include "base/error.h"
@@ -115,6 +116,48 @@ void copySync(void* dst, const void* src, size_t bytes) {
 void memsetSync(void* dst, int value, size_t bytes) {
   checkCuda(cudaMemsetAsync(dst, value, bytes, threadStream()), "cudaMemsetAsync");
   checkCuda(cudaStreamSynchronize(threadStream()), "cudaStreamSynchronize");
+}
+
+void* ipcAlloc(size_t bytes, std::string* handle) {
+  void* p = gpuAlloc(bytes);
+  cudaIpcMemHandle_t h;
+  cudaError_t e = cudaIpcGetMemHandle(&h, p);
+  if (e != cudaSuccess) {
+    cudaFree(p);
+    checkCuda(e, "cudaIpcGetMemHandle");
+  }
+  handle->assign(reinterpret_cast<const char*>(&h), sizeof h);
+  return p;
+}
+
+void ipcFree(void* p) { checkCuda(cudaFree(p), "cudaFree"); }
+
+void* ipcOpen(const std::string& handle, std::string* why) {
+  cudaIpcMemHandle_t h;
+  if (handle.size() != sizeof h) {
+    *why = "malformed IPC handle";
+    return nullptr;
+  }
+  memcpy(&h, handle.data(), sizeof h);
+  void* p = nullptr;
+  cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    *why = std::string("cudaIpcOpenMemHandle: ") + cudaGetErrorString(e);
+    return nullptr;
+  }
+  return p;
+}
+
+void ipcClose(void* p) { checkCuda(cudaIpcCloseMemHandle(p), "cudaIpcCloseMemHandle"); }
+
+std::string gpuBusId(int device) {
+  char id[32] = {};
+  if (device < 0 || cudaDeviceGetPCIBusId(id, sizeof id, device) != cudaSuccess) return "";
+  std::string s = id;
+  for (char& c : s) c = static_cast<char>(tolower(static_cast<unsigned char>(c)));
+  size_t colon = s.find(':');
+  return colon != std::string::npos && colon > 4 ? s.substr(colon - 4) : s;
 }
 
 int setCurrentDevice(int device) {

@@ -34,4 +34,13 @@ void streamSynchronize(void*) { fail(ncclInvalidUsage, "streams: %s", gpuUnavail
 void copySync(void*, const void*, size_t) { fail(ncclInvalidUsage, "copies: %s", gpuUnavailableReason().c_str()); }
 void memsetSync(void*, int, size_t) { fail(ncclInvalidUsage, "copies: %s", gpuUnavailableReason().c_str()); }
 
+void* ipcAlloc(size_t, std::string*) { fail(ncclInvalidUsage, "CUDA IPC: %s", gpuUnavailableReason().c_str()); }
+void ipcFree(void*) { fail(ncclInvalidUsage, "CUDA IPC: %s", gpuUnavailableReason().c_str()); }
+void* ipcOpen(const std::string&, std::string* why) {
+  *why = gpuUnavailableReason();
+  return nullptr;
+}
+void ipcClose(void*) { fail(ncclInvalidUsage, "CUDA IPC: %s", gpuUnavailableReason().c_str()); }
+std::string gpuBusId(int) { return ""; }
+
 }  // namespace strata::device
