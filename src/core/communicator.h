@@ -15,6 +15,7 @@
 #include "base/doorbell.h"
 #include "base/peer_info.h"
 #include "core/bootstrap.h"
+#include "core/op.h"
 #include "core/tasks.h"
 #include "device/cpu_reduce.h"
 #include "transports/transport.h"
@@ -137,6 +138,11 @@ class Communicator {
   void destroyRedOp(ncclRedOp_t op);
   // The op as the device layer applies it; validates it against the datatype.
   device::ReduceOp resolveOp(ncclRedOp_t op, ncclDataType_t type, const char* fn) const;
+  // Resolves now what can be (a device scalar's address is kept, not read).
+  OpDesc::Pinned pinOp(const OpDesc& op) const;
+  // The reduction an operation runs with: its pinned one (reading a device scalar
+  // now), else resolved now.
+  device::ReduceOp opFor(const OpDesc& op) const;
   bool isUserOp(ncclRedOp_t op) const;
 
   // Error state, as ncclCommGetAsyncError reports it.

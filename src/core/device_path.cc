@@ -151,10 +151,13 @@ void onOutputsCopied(void* arg) {
   gCv.notify_all();
 }
 
+// As the host path fails (Executor::failAll): the error is the communicator's, and
+// its connections close, so that peers waiting for this rank fail now, not at the timeout.
 void failJob(Job& job, ncclResult_t code, const char* what) {
   for (auto& [h, op] : job.hostOps) {
     Communicator& c = *h->impl;
     if (c.asyncError() == ncclSuccess) c.setAsyncError(code);
+    c.abortConnections();
   }
   STRATA_WARN(job.home->comm->rank(),
               "device path: %s; the stream goes on with undefined output (ncclCommGetAsyncError reports it)", what);
@@ -230,6 +233,7 @@ void stageInputs(const std::vector<std::pair<ncclComm*, OpDesc>>& ops, Job& job,
     Staging s = stagingOf(op, c.nranks(), c.rank());
     OpDesc host = op;
     host.stream = nullptr;
+    host.pinned = c.pinOp(op);
     host.sendbuff = s.in ? acquire(s.in, job) : nullptr;
     host.recvbuff = s.out ? acquire(s.out, job) : nullptr;
     auto known = [&](const std::pair<void*, int>& e) { return e.first == op.stream; };
@@ -260,6 +264,7 @@ void enqueue(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
   job->direct = device_direct::fits(ops);
   if (job->direct) {  // the proxy reads and writes the device buffers itself
     job->hostOps = ops;
+    for (auto& [h, op] : job->hostOps) op.pinned = h->impl->pinOp(op);
     job->lanes.push_back(&laneFor(*ops.front().first->impl));
     streams.emplace_back(ops.front().second.stream, ops.front().first->impl->device());
   } else {

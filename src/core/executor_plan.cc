@@ -53,7 +53,7 @@ void Executor::add(Communicator& comm, const OpDesc& op) {
 
 void Executor::addOneShot(Communicator& comm, const OpDesc& op, bool ll) {
   OneShotArgs args{op.fn, comm.rank(), static_cast<const char*>(op.sendbuff), static_cast<char*>(op.recvbuff),
-                   op.count, op.type, comm.resolveOp(op.op, op.type, op.fn), nullptr, nullptr, nullptr, 0};
+                   op.count, op.type, comm.opFor(op), nullptr, nullptr, nullptr, 0};
   work_[&comm].mesh = true;
   Communicator* c = &comm;
   pending_.push_back({{c, kMeshLane, 0}, [c, args, ll]() mutable {
@@ -78,7 +78,7 @@ void Executor::addRing(Communicator& comm, const OpDesc& op) {
   base.stride = segmented ? op.count : 0;
   base.chunk = comm.slotBytes() / esize;
   base.order = order.data();
-  device::ReduceOp rop = reducing(op.coll) ? comm.resolveOp(op.op, op.type, op.fn) : device::ReduceOp{};
+  device::ReduceOp rop = reducing(op.coll) ? comm.opFor(op) : device::ReduceOp{};
   size_t region = op.count;
   int nch = 1;
   if (n > 1) {
@@ -121,7 +121,7 @@ void Executor::addTree(Communicator& comm, const OpDesc& op) {
     TreeTaskArgs a{op.fn, comm.rank(), mode, links.parent < 0 ? -1 : order[links.parent], {}, nullptr, nullptr, {}, {},
                    static_cast<const char*>(op.sendbuff), static_cast<char*>(op.recvbuff), 0, 0,
                    comm.slotBytes() / device::dtypeSize(op.type), op.type,
-                   mode == TreeMode::kBroadcast ? device::ReduceOp{} : comm.resolveOp(op.op, op.type, op.fn)};
+                   mode == TreeMode::kBroadcast ? device::ReduceOp{} : comm.opFor(op)};
     a.begin = op.count * t / trees;
     a.length = op.count * (t + 1) / trees - a.begin;
     for (int k = 0; k < links.nchildren; ++k) a.children.push_back(order[links.children[k]]);
@@ -174,7 +174,7 @@ void Executor::addHierarchical(Communicator& comm, const OpDesc& op) {
   w.sendLinks.insert({nextRail, kRailLink});
 
   size_t esize = device::dtypeSize(op.type);
-  device::ReduceOp full = comm.resolveOp(op.op, op.type, op.fn);
+  device::ReduceOp full = comm.opFor(op);
   device::ReduceOp inside = full, across = full, plain = full;
   inside.postDivide = 0;  // avg divides once, at the end of the rail all-reduce
   across.preMultiply = false;
@@ -233,7 +233,7 @@ void Executor::addLeaders(Communicator& comm, const OpDesc& op) {
         w.recvLinks.insert({comm.nodeRanks(k)[0], kLeaderLink});
         w.sendLinks.insert({comm.nodeRanks(k)[0], kLeaderLink});
       }
-  device::ReduceOp full = comm.resolveOp(op.op, op.type, op.fn), inside = full, across = full;
+  device::ReduceOp full = comm.opFor(op), inside = full, across = full;
   inside.postDivide = 0;  // avg divides once, among the leaders
   across.preMultiply = false;
   algorithms::RingParams ring;

@@ -4,6 +4,7 @@
 #include <cstddef>
 
 #include "algorithms/collective.h"
+#include "device/cpu_reduce.h"
 #include "nccl.h"
 
 namespace strata::core {
@@ -22,6 +23,14 @@ struct OpDesc {
   int rawType = ncclFloat32;  // the datatype as the caller passed it, possibly out of range
   int root = 0;  // root for rooted collectives, peer for send/recv
   void* stream = nullptr;  // the caller's cudaStream_t (device buffers are ordered on it)
+  // The reduction resolved when the call was made (device buffers run later, and
+  // a user's op may be destroyed as soon as the call returns, as NCCL allows); a
+  // scalar in device memory is still read when the operation runs.
+  struct Pinned {
+    bool set = false;
+    device::ReduceOp op;
+    const void* deviceScalar = nullptr;
+  } pinned;
 };
 
 // Reads an enum argument as the integer the caller passed: a C caller can pass any

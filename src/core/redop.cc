@@ -87,4 +87,27 @@ device::ReduceOp Communicator::resolveOp(ncclRedOp_t op, ncclDataType_t type, co
   return r;
 }
 
+OpDesc::Pinned Communicator::pinOp(const OpDesc& op) const {
+  OpDesc::Pinned p;
+  p.set = true;
+  if (isUserOp(op.op)) {
+    std::lock_guard<std::mutex> lock(opsMutex_);
+    const UserOp& u = userOps_[op.op - ncclNumOps];
+    if (u.residence == ncclScalarDevice) {
+      p.op = u.op;
+      p.deviceScalar = u.scalarPtr;
+      return p;
+    }
+  }
+  p.op = resolveOp(op.op, op.type, op.fn);
+  return p;
+}
+
+device::ReduceOp Communicator::opFor(const OpDesc& op) const {
+  if (!op.pinned.set) return resolveOp(op.op, op.type, op.fn);
+  device::ReduceOp r = op.pinned.op;
+  if (op.pinned.deviceScalar) readScalar(op.pinned.deviceScalar, op.type, &r);
+  return r;
+}
+
 }  // namespace strata::core

@@ -10,12 +10,9 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "device/gpu.h"
+#include "device/gpu_kernels.h"
 
-namespace strata::device {
-
-void checkCuda(int err, const char* what);  // gpu_cuda.cc
-
+namespace strata::device::cuda {
 namespace {
 
 constexpr int kMaxInputs = 8;  // per launch; more are folded in later launches
@@ -202,7 +199,7 @@ size_t elementSize(ncclDataType_t type) {
 
 }  // namespace
 
-void gpuReduceInOrder(void* dst, const void* const* inputs, int n, size_t count, ncclDataType_t type,
+void reduceInOrder(void* dst, const void* const* inputs, int n, size_t count, ncclDataType_t type,
                       const ReduceOp& op, void* stream) {
   if (count == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
@@ -221,9 +218,9 @@ void gpuReduceInOrder(void* dst, const void* const* inputs, int n, size_t count,
   });
 }
 
-void gpuPrepare(void* dst, const void* src, size_t count, ncclDataType_t type, const ReduceOp& op, void* stream) {
+void prepare(void* dst, const void* src, size_t count, ncclDataType_t type, const ReduceOp& op, void* stream) {
   if (count == 0) return;
-  if (!op.preMultiply) return gpuCopy(dst, src, count * elementSize(type), stream);
+  if (!op.preMultiply) return copy(dst, src, count * elementSize(type), stream);
   const void* in[1] = {src};
   withDevType(type, [&](auto tag) {
     launch<decltype(tag)>(dst, in, 1, count, op, true, 0, static_cast<cudaStream_t>(stream));
@@ -237,7 +234,7 @@ void waitHostFlag(void* stream, const uint64_t* flag, uint64_t value) {
   checkCuda(cudaGetLastError(), "wait kernel launch");
 }
 
-void gpuCopy(void* dst, const void* src, size_t bytes, void* stream) {
+void copy(void* dst, const void* src, size_t bytes, void* stream) {
   if (bytes == 0 || dst == src) return;
   auto s = static_cast<cudaStream_t>(stream);
   if (aligned16(dst) && aligned16(src)) {
@@ -252,4 +249,4 @@ void gpuCopy(void* dst, const void* src, size_t bytes, void* stream) {
   checkCuda(cudaGetLastError(), "copy kernel launch");
 }
 
-}  // namespace strata::device
+}  // namespace strata::device::cuda

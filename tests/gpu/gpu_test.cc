@@ -1,8 +1,9 @@
-// The GPU path, on whatever GPU is visible (label "gpu"; every test skips, saying
-// why, where none is). Kernels against the CPU functions bit for bit; every
-// collective on device buffers through the C API, 1-4 ranks on one GPU, as
-// threads and as processes, in place and out of place, checked exactly.
-#include <cuda_runtime.h>
+// The GPU path (label "gpu"; every test skips, saying why, where no GPU is
+// visible). The kernels against the CPU bit for bit; every collective, type and op
+// on device buffers through the C API, 1-4 ranks on one GPU, as threads and as
+// processes, in place and out of place, checked exactly; stream order and graph
+// capture. The same tests run on simulated GPUs (STRATA_GPU_SIM=1, label
+// "multiproc"), which exercises the device path's logic on machines without one.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +20,10 @@
 #include "nccl.h"
 #include "verify/reference.h"
 
+#ifdef STRATA_TEST_CUDA
+#include <cuda_runtime.h>
+#endif
+
 namespace strata::test {
 namespace {
 
@@ -31,9 +36,8 @@ const std::string& noGpuReason() {
     if (pipe(fds) != 0) return std::string("pipe failed");
     pid_t pid = fork();
     if (pid == 0) {
-      int n = 0;
-      cudaError_t e = cudaGetDeviceCount(&n);
-      std::string r = e != cudaSuccess ? std::string("CUDA: ") + cudaGetErrorString(e) : n == 0 ? "no GPU visible" : "";
+      std::string r = device::gpuCount() > 0 ? "" : device::gpuUnavailableReason();
+      if (r.empty() && device::gpuCount() == 0) r = "no GPU";
       (void)!write(fds[1], r.data(), r.size());
       _exit(0);
     }
@@ -47,14 +51,26 @@ const std::string& noGpuReason() {
   return why;
 }
 
+bool simulated() { return getenv("STRATA_GPU_SIM") && atoi(getenv("STRATA_GPU_SIM")) > 0; }
+
 #define REQUIRE_GPU() \
   if (!noGpuReason().empty()) GTEST_SKIP() << "no GPU: " << noGpuReason()
 
-#define CUDA_OK(call)                                                                                       \
-  do {                                                                                                      \
-    cudaError_t e_ = (call);                                                                                \
-    if (e_ != cudaSuccess) return std::string(#call) + " failed: " + cudaGetErrorString(e_);                \
-  } while (0)
+// Device buffers the test owns.
+struct DeviceBuffer {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit DeviceBuffer(size_t b) : p(device::gpuAlloc(b)), bytes(b) {}
+  ~DeviceBuffer() { device::gpuFree(p); }
+  char* at(size_t offset) const { return static_cast<char*>(p) + offset; }
+};
+
+void upload(void* dst, const std::vector<char>& host) { device::copySync(dst, host.data(), host.size()); }
+std::vector<char> download(const void* src, size_t bytes) {
+  std::vector<char> host(bytes);
+  device::copySync(host.data(), src, bytes);
+  return host;
+}
 
 device::ReduceOp reduceOpFor(TestOp op, int nranks) {
   device::ReduceOp r;
@@ -78,7 +94,8 @@ device::ReduceOp reduceOpFor(TestOp op, int nranks) {
 // count (9 takes two launches) and alignment (offset 1 takes the scalar path).
 TEST(GpuKernels, MatchTheCpuBitForBit) {
   REQUIRE_GPU();
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  if (simulated()) GTEST_SKIP() << "simulated GPUs run the CPU functions themselves";
+  device::setCurrentDevice(0);
   for (int t = 0; t < ncclNumTypes; ++t)
     for (TestOp op : verify::kAllOps)
       for (int n : {1, 2, 3, 9})
@@ -88,158 +105,164 @@ TEST(GpuKernels, MatchTheCpuBitForBit) {
             size_t es = device::dtypeSize(type), bytes = (count + offset) * es;
             device::ReduceOp rop = reduceOpFor(op, n);
             std::vector<std::vector<char>> in;
+            std::vector<std::unique_ptr<DeviceBuffer>> dev;
             std::vector<const void*> hostIn, devIn;
-            std::vector<void*> owned;
             for (int j = 0; j < n; ++j) {
               in.push_back(verify::makeBuffer(type, count + offset, [&](size_t i) { return verify::inputValue(j, i, type, op); }));
-              void* d = nullptr;
-              ASSERT_EQ(cudaMalloc(&d, bytes), cudaSuccess);
-              ASSERT_EQ(cudaMemcpy(d, in[j].data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
-              owned.push_back(d);
+              dev.push_back(std::make_unique<DeviceBuffer>(bytes));
+              upload(dev[j]->p, in[j]);
               hostIn.push_back(in[j].data() + offset * es);
-              devIn.push_back(static_cast<char*>(d) + offset * es);
+              devIn.push_back(dev[j]->at(offset * es));
             }
-            std::vector<char> want(count * es), got(count * es);
-            void* out = nullptr;
-            ASSERT_EQ(cudaMalloc(&out, bytes), cudaSuccess);
-            char* dst = static_cast<char*>(out) + offset * es;
+            DeviceBuffer out(bytes);
+            std::vector<char> want(count * es);
+            char* dst = out.at(offset * es);
+            void* s = device::streamCreate();
             if (op == TestOp::kPreMulHost || op == TestOp::kPreMulDevice) {
               device::prepare(want.data(), hostIn[0], count, type, rop);
-              device::gpuPrepare(dst, devIn[0], count, type, rop, nullptr);
+              device::gpuPrepare(dst, devIn[0], count, type, rop, s);
             } else {
               device::reduceInOrder(want.data(), hostIn.data(), n, count, type, rop);
-              device::gpuReduceInOrder(dst, devIn.data(), n, count, type, rop, nullptr);
+              device::gpuReduceInOrder(dst, devIn.data(), n, count, type, rop, s);
             }
-            ASSERT_EQ(cudaMemcpy(got.data(), dst, count * es, cudaMemcpyDeviceToHost), cudaSuccess);
+            device::streamSynchronize(s);
+            device::streamDestroy(s);
+            std::vector<char> got = download(dst, count * es);
             std::string what = std::string(device::dtypeName(type)) + " " + verify::opName(op) + " n=" +
                                std::to_string(n) + " count=" + std::to_string(count) + " offset=" + std::to_string(offset);
             EXPECT_EQ(verify::compareBuffers(type, got.data(), want.data(), count, what), "");
-            for (void* d : owned) cudaFree(d);
-            cudaFree(out);
           }
 }
 
-// One collective on device buffers: inputs copied in, the call on the rank's
-// stream, a sync, outputs copied out and compared with the exact expectation.
-struct DeviceCase {
+struct Rank {
   ncclComm_t comm;
-  cudaStream_t stream;
+  void* stream;
   int rank, n;
 };
 
-std::string checkAllReduce(const DeviceCase& c, ncclDataType_t type, TestOp op, bool inPlace) {
-  size_t count = 1031, es = device::dtypeSize(type);
-  auto input = verify::makeBuffer(type, count, [&](size_t i) { return verify::inputValue(c.rank, i, type, op); });
-  auto expected = verify::makeBuffer(type, count, [&](size_t i) { return verify::reducedValue(c.n, i, type, op); });
-  ncclRedOp_t redop = ncclSum;
+ncclRedOp_t ncclOpFor(TestOp op) {
   switch (op) {
-    case TestOp::kProd: redop = ncclProd; break;
-    case TestOp::kMax: redop = ncclMax; break;
-    case TestOp::kMin: redop = ncclMin; break;
-    case TestOp::kAvg: redop = ncclAvg; break;
-    default: break;
+    case TestOp::kProd: return ncclProd;
+    case TestOp::kMax: return ncclMax;
+    case TestOp::kMin: return ncclMin;
+    case TestOp::kAvg: return ncclAvg;
+    default: return ncclSum;
   }
-  std::vector<char> scalar = verify::makeBuffer(type, 1, [](size_t) { return verify::kPreMulScalar; });
-  if (op == TestOp::kPreMulHost) RANK_NCCL(ncclRedOpCreatePreMulSum(&redop, scalar.data(), type, ncclScalarHostImmediate, c.comm));
-  void *in = nullptr, *out = nullptr;
-  CUDA_OK(cudaMalloc(&in, count * es));
-  CUDA_OK(cudaMalloc(&out, count * es));
-  CUDA_OK(cudaMemcpy(in, input.data(), count * es, cudaMemcpyHostToDevice));
-  void* dst = inPlace ? in : out;
-  RANK_NCCL(ncclAllReduce(in, dst, count, type, redop, c.comm, c.stream));
-  CUDA_OK(cudaStreamSynchronize(c.stream));
-  std::vector<char> got(count * es);
-  CUDA_OK(cudaMemcpy(got.data(), dst, count * es, cudaMemcpyDeviceToHost));
-  if (op == TestOp::kPreMulHost) RANK_NCCL(ncclRedOpDestroy(redop, c.comm));
-  cudaFree(in);
-  cudaFree(out);
-  return verify::compareBuffers(type, got.data(), expected.data(), count,
-                                std::string("AllReduce ") + device::dtypeName(type) + " " + verify::opName(op));
 }
 
-// AllGather, ReduceScatter, Broadcast, Reduce, AllToAll and a send/recv ring, float.
-std::string checkMovement(const DeviceCase& c, bool inPlace) {
-  const size_t count = 777, es = sizeof(float), n = static_cast<size_t>(c.n);
-  ncclDataType_t type = ncclFloat32;
-  float *buf = nullptr, *out = nullptr;
-  CUDA_OK(cudaMalloc(&buf, count * n * es));
-  CUDA_OK(cudaMalloc(&out, count * n * es));
-  auto upload = [&](float* d, size_t elems, const std::function<double(size_t)>& v) {
-    auto h = verify::makeBuffer(type, elems, v);
-    return cudaMemcpy(d, h.data(), elems * es, cudaMemcpyHostToDevice);
-  };
-  auto check = [&](const float* d, size_t elems, const std::function<double(size_t)>& v, const char* what) {
-    auto want = verify::makeBuffer(type, elems, v);
-    std::vector<char> got(elems * es);
-    if (cudaMemcpy(got.data(), d, elems * es, cudaMemcpyDeviceToHost) != cudaSuccess) return std::string("copy out failed");
-    return verify::compareBuffers(type, got.data(), want.data(), elems, what);
-  };
+std::string sync(const Rank& r) {
+  device::streamSynchronize(r.stream);
+  ncclResult_t async = ncclSuccess;
+  ncclCommGetAsyncError(r.comm, &async);
+  return async == ncclSuccess ? "" : "async error " + std::to_string(async);
+}
+
+std::string compare(ncclDataType_t type, const void* dev, size_t count, const std::function<double(size_t)>& want,
+                    const std::string& what) {
+  auto got = download(dev, count * device::dtypeSize(type));
+  auto expected = verify::makeBuffer(type, count, want);
+  return verify::compareBuffers(type, got.data(), expected.data(), count, what);
+}
+
+// The reductions (all-reduce, reduce-scatter, reduce) for one type and op.
+std::string checkReductions(const Rank& r, ncclDataType_t type, TestOp op, bool inPlace) {
+  const size_t count = 1031, es = device::dtypeSize(type), n = static_cast<size_t>(r.n);
+  std::vector<char> scalar = verify::makeBuffer(type, 1, [](size_t) { return verify::kPreMulScalar; });
+  ncclRedOp_t redop = ncclOpFor(op);
+  DeviceBuffer deviceScalar(es);  // ncclScalarDevice: read when the operation runs
+  upload(deviceScalar.p, scalar);
+  if (op == TestOp::kPreMulHost)
+    RANK_NCCL(ncclRedOpCreatePreMulSum(&redop, scalar.data(), type, ncclScalarHostImmediate, r.comm));
+  if (op == TestOp::kPreMulDevice)
+    RANK_NCCL(ncclRedOpCreatePreMulSum(&redop, deviceScalar.p, type, ncclScalarDevice, r.comm));
+  std::string tag = std::string(device::dtypeName(type)) + " " + verify::opName(op) + (inPlace ? " in place" : "");
+  DeviceBuffer buf(count * n * es), out(count * n * es);
   std::string err;
-  auto mine = [&](size_t i) { return verify::movedValue(c.rank, i, type); };
-  // AllGather: in place, the rank's block of the output is the input.
-  float* agOut = inPlace ? buf : out;
-  float* agIn = inPlace ? buf + c.rank * count : buf;
-  CUDA_OK(upload(agIn, count, mine));
-  RANK_NCCL(ncclAllGather(agIn, agOut, count, type, c.comm, c.stream));
-  CUDA_OK(cudaStreamSynchronize(c.stream));
-  if (!(err = check(agOut, count * n, [&](size_t i) { return verify::movedValue(i / count, i % count, type); }, "AllGather")).empty()) return err;
-  // ReduceScatter (sum of small integers: exact).
-  CUDA_OK(upload(buf, count * n, [&](size_t i) { return verify::inputValue(c.rank, i, type, TestOp::kSum); }));
-  float* rsOut = inPlace ? buf + c.rank * count : out;
-  RANK_NCCL(ncclReduceScatter(buf, rsOut, count, type, ncclSum, c.comm, c.stream));
-  CUDA_OK(cudaStreamSynchronize(c.stream));
-  if (!(err = check(rsOut, count, [&](size_t i) { return verify::reducedValue(c.n, c.rank * count + i, type, TestOp::kSum); }, "ReduceScatter")).empty()) return err;
-  // Broadcast and Reduce from the last rank.
-  int root = c.n - 1;
-  CUDA_OK(upload(buf, count, [&](size_t i) { return c.rank == root ? verify::movedValue(root, i, type) : -1; }));
-  RANK_NCCL(ncclBroadcast(buf, inPlace ? buf : out, count, type, root, c.comm, c.stream));
-  CUDA_OK(cudaStreamSynchronize(c.stream));
-  if (!(err = check(inPlace ? buf : out, count, [&](size_t i) { return verify::movedValue(root, i, type); }, "Broadcast")).empty()) return err;
-  CUDA_OK(upload(buf, count, [&](size_t i) { return verify::inputValue(c.rank, i, type, TestOp::kSum); }));
-  RANK_NCCL(ncclReduce(buf, inPlace ? buf : out, count, type, ncclSum, root, c.comm, c.stream));
-  CUDA_OK(cudaStreamSynchronize(c.stream));
-  if (c.rank == root &&
-      !(err = check(inPlace ? buf : out, count, [&](size_t i) { return verify::reducedValue(c.n, i, type, TestOp::kSum); }, "Reduce")).empty())
-    return err;
-  // AllToAll (out of place only, as NCCL).
-  CUDA_OK(upload(buf, count * n, [&](size_t i) { return verify::movedValue(c.rank * c.n + static_cast<int>(i / count), i % count, type); }));
-  RANK_NCCL(ncclAlltoAll(buf, out, count, type, c.comm, c.stream));
-  CUDA_OK(cudaStreamSynchronize(c.stream));
-  if (!(err = check(out, count * n, [&](size_t i) { return verify::movedValue(static_cast<int>(i / count) * c.n + c.rank, i % count, type); }, "AllToAll")).empty()) return err;
-  // Send to the next rank, receive from the previous, in one group.
-  CUDA_OK(upload(buf, count, mine));
-  int next = (c.rank + 1) % c.n, prev = (c.rank + c.n - 1) % c.n;
+  // All-reduce.
+  upload(buf.p, verify::makeBuffer(type, count, [&](size_t i) { return verify::inputValue(r.rank, i, type, op); }));
+  void* arOut = inPlace ? buf.p : out.p;
+  RANK_NCCL(ncclAllReduce(buf.p, arOut, count, type, redop, r.comm, static_cast<cudaStream_t>(r.stream)));
+  if ((err = sync(r)).empty())
+    err = compare(type, arOut, count, [&](size_t i) { return verify::reducedValue(r.n, i, type, op); }, "AllReduce " + tag);
+  // Reduce-scatter: rank q keeps block q; in place, the output is the rank's block of the input.
+  if (err.empty()) {
+    upload(buf.p, verify::makeBuffer(type, count * n, [&](size_t i) { return verify::inputValue(r.rank, i, type, op); }));
+    void* rsOut = inPlace ? buf.at(r.rank * count * es) : out.p;
+    RANK_NCCL(ncclReduceScatter(buf.p, rsOut, count, type, redop, r.comm, static_cast<cudaStream_t>(r.stream)));
+    if ((err = sync(r)).empty())
+      err = compare(type, rsOut, count, [&](size_t i) { return verify::reducedValue(r.n, r.rank * count + i, type, op); },
+                    "ReduceScatter " + tag);
+  }
+  // Reduce to the last rank.
+  if (err.empty()) {
+    int root = r.n - 1;
+    upload(buf.p, verify::makeBuffer(type, count, [&](size_t i) { return verify::inputValue(r.rank, i, type, op); }));
+    void* rOut = inPlace ? buf.p : out.p;
+    RANK_NCCL(ncclReduce(buf.p, rOut, count, type, redop, root, r.comm, static_cast<cudaStream_t>(r.stream)));
+    if ((err = sync(r)).empty() && r.rank == root)
+      err = compare(type, rOut, count, [&](size_t i) { return verify::reducedValue(r.n, i, type, op); }, "Reduce " + tag);
+  }
+  if (op == TestOp::kPreMulHost || op == TestOp::kPreMulDevice) RANK_NCCL(ncclRedOpDestroy(redop, r.comm));
+  return err;
+}
+
+// The data movements (all-gather, broadcast, all-to-all, send/recv) for one type.
+std::string checkMovement(const Rank& r, ncclDataType_t type, bool inPlace) {
+  const size_t count = 777, es = device::dtypeSize(type), n = static_cast<size_t>(r.n);
+  auto cs = static_cast<cudaStream_t>(r.stream);
+  std::string tag = std::string(device::dtypeName(type)) + (inPlace ? " in place" : "");
+  DeviceBuffer buf(count * n * es), out(count * n * es);
+  auto mine = [&](size_t i) { return verify::movedValue(r.rank, i, type); };
+  std::string err;
+  void* agOut = inPlace ? buf.p : out.p;
+  void* agIn = inPlace ? buf.at(r.rank * count * es) : buf.p;
+  upload(agIn, verify::makeBuffer(type, count, mine));
+  RANK_NCCL(ncclAllGather(agIn, agOut, count, type, r.comm, cs));
+  if ((err = sync(r)).empty())
+    err = compare(type, agOut, count * n, [&](size_t i) { return verify::movedValue(i / count, i % count, type); },
+                  "AllGather " + tag);
+  if (!err.empty()) return err;
+  int root = r.n - 1;
+  upload(buf.p, verify::makeBuffer(type, count, [&](size_t i) { return r.rank == root ? verify::movedValue(root, i, type) : -1; }));
+  void* bOut = inPlace ? buf.p : out.p;
+  RANK_NCCL(ncclBroadcast(buf.p, bOut, count, type, root, r.comm, cs));
+  if ((err = sync(r)).empty())
+    err = compare(type, bOut, count, [&](size_t i) { return verify::movedValue(root, i, type); }, "Broadcast " + tag);
+  if (!err.empty() || inPlace) return err;  // all-to-all and send/recv: out of place only, as NCCL
+  upload(buf.p, verify::makeBuffer(type, count * n, [&](size_t i) { return verify::movedValue(r.rank * r.n + static_cast<int>(i / count), i % count, type); }));
+  RANK_NCCL(ncclAlltoAll(buf.p, out.p, count, type, r.comm, cs));
+  if ((err = sync(r)).empty())
+    err = compare(type, out.p, count * n,
+                  [&](size_t i) { return verify::movedValue(static_cast<int>(i / count) * r.n + r.rank, i % count, type); },
+                  "AllToAll " + tag);
+  if (!err.empty()) return err;
+  upload(buf.p, verify::makeBuffer(type, count, mine));
+  int next = (r.rank + 1) % r.n, prev = (r.rank + r.n - 1) % r.n;
   RANK_NCCL(ncclGroupStart());
-  RANK_NCCL(ncclSend(buf, count, type, next, c.comm, c.stream));
-  RANK_NCCL(ncclRecv(out, count, type, prev, c.comm, c.stream));
+  RANK_NCCL(ncclSend(buf.p, count, type, next, r.comm, cs));
+  RANK_NCCL(ncclRecv(out.p, count, type, prev, r.comm, cs));
   RANK_NCCL(ncclGroupEnd());
-  CUDA_OK(cudaStreamSynchronize(c.stream));
-  if (!(err = check(out, count, [&](size_t i) { return verify::movedValue(prev, i, type); }, "SendRecv")).empty()) return err;
-  cudaFree(buf);
-  cudaFree(out);
-  return "";
+  if ((err = sync(r)).empty())
+    err = compare(type, out.p, count, [&](size_t i) { return verify::movedValue(prev, i, type); }, "SendRecv " + tag);
+  return err;
 }
 
 std::string deviceRank(int rank, int nranks, const ncclUniqueId& id) {
-  CUDA_OK(cudaSetDevice(0));  // every rank on the one GPU: Strata allows it, NCCL does not
-  DeviceCase c{nullptr, nullptr, rank, nranks};
-  CUDA_OK(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
-  RANK_NCCL(ncclCommInitRank(&c.comm, nranks, id, rank));
+  device::setCurrentDevice(0);  // every rank on the one GPU: Strata allows it, NCCL does not
+  Rank r{nullptr, device::streamCreate(), rank, nranks};
+  RANK_NCCL(ncclCommInitRank(&r.comm, nranks, id, rank));
   int dev = -1;
-  RANK_NCCL(ncclCommCuDevice(c.comm, &dev));
-  if (dev != 0) return "ncclCommCuDevice says " + std::to_string(dev) + ", expected 0";
-  std::string err;
-  for (bool inPlace : {false, true}) {
-    for (int t = 0; t < ncclNumTypes && err.empty(); ++t)
-      for (TestOp op : {TestOp::kSum, TestOp::kProd, TestOp::kMax, TestOp::kMin, TestOp::kAvg, TestOp::kPreMulHost})
-        if (err.empty()) err = checkAllReduce(c, static_cast<ncclDataType_t>(t), op, inPlace);
-    if (err.empty()) err = checkMovement(c, inPlace);
-  }
-  ncclResult_t async = ncclSuccess;
-  ncclCommGetAsyncError(c.comm, &async);
-  if (err.empty() && async != ncclSuccess) err = "async error " + std::to_string(async);
-  ncclCommDestroy(c.comm);
-  cudaStreamDestroy(c.stream);
+  RANK_NCCL(ncclCommCuDevice(r.comm, &dev));
+  std::string err = dev == 0 ? "" : "ncclCommCuDevice says " + std::to_string(dev) + ", expected 0";
+  for (bool inPlace : {false, true})
+    for (int t = 0; t < ncclNumTypes && err.empty(); ++t) {
+      auto type = static_cast<ncclDataType_t>(t);
+      for (TestOp op : verify::kAllOps)
+        if (err.empty()) err = checkReductions(r, type, op, inPlace);
+      if (err.empty()) err = checkMovement(r, type, inPlace);
+    }
+  ncclCommDestroy(r.comm);
+  device::streamDestroy(r.stream);
   return err.empty() ? "" : "rank " + std::to_string(rank) + ": " + err;
 }
 
@@ -248,7 +271,7 @@ class GpuCollectives : public ::testing::TestWithParam<std::tuple<Mode, int>> {}
 TEST_P(GpuCollectives, ExactResultsOnDeviceBuffers) {
   REQUIRE_GPU();
   auto [mode, n] = GetParam();
-  EXPECT_EQ(failures(runRanks(mode, n, deviceRank, 300)), "");
+  EXPECT_EQ(failures(runRanks(mode, n, deviceRank, 600)), "");
 }
 
 INSTANTIATE_TEST_SUITE_P(OneGpu, GpuCollectives,
@@ -258,34 +281,36 @@ INSTANTIATE_TEST_SUITE_P(OneGpu, GpuCollectives,
                          });
 
 // Stream order: the call returns before the stream has run it, and work enqueued
-// after it sees the result; a captured stream is refused with a clear error.
+// after it sees the result; on CUDA, a captured stream is refused with a clear error.
 TEST(GpuStreams, EnqueuedInOrderAndCaptureRefused) {
   REQUIRE_GPU();
-  auto results = runRanks(Mode::kThreads, 1, [](int, int, const ncclUniqueId& id) -> std::string {
-    CUDA_OK(cudaSetDevice(0));
-    cudaStream_t s;
-    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  auto results = runRanks(Mode::kThreads, 2, [](int rank, int n, const ncclUniqueId& id) -> std::string {
+    device::setCurrentDevice(0);
+    void* s = device::streamCreate();
     ncclComm_t comm;
-    RANK_NCCL(ncclCommInitRank(&comm, 1, id, 0));
+    RANK_NCCL(ncclCommInitRank(&comm, n, id, rank));
     const size_t count = 1 << 20;
-    float* d = nullptr;
-    CUDA_OK(cudaMalloc(&d, count * sizeof(float)));
+    DeviceBuffer d(count * sizeof(float));
     std::vector<float> ones(count, 1.0f), got(count);
-    CUDA_OK(cudaMemcpyAsync(d, ones.data(), count * sizeof(float), cudaMemcpyHostToDevice, s));
-    for (int i = 0; i < 5; ++i) RANK_NCCL(ncclAllReduce(d, d, count, ncclFloat32, ncclSum, comm, s));
-    CUDA_OK(cudaMemcpyAsync(got.data(), d, count * sizeof(float), cudaMemcpyDeviceToHost, s));
-    CUDA_OK(cudaStreamSynchronize(s));
-    if (got[0] != 1.0f || got[count - 1] != 1.0f) return "one rank's all-reduce changed the data";
-    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    ncclResult_t r = ncclAllReduce(d, d, count, ncclFloat32, ncclSum, comm, s);
-    cudaGraph_t g;
-    cudaStreamEndCapture(s, &g);
-    if (r != ncclInvalidUsage) return "capture was not refused (" + std::to_string(r) + ")";
-    if (std::string(ncclGetLastError(comm)).find("CUDA graph") == std::string::npos)
-      return std::string("unclear error: ") + ncclGetLastError(comm);
+    device::copyAsync(d.p, ones.data(), count * sizeof(float), s);
+    for (int i = 0; i < 3; ++i) RANK_NCCL(ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, comm, static_cast<cudaStream_t>(s)));
+    device::copyAsync(got.data(), d.p, count * sizeof(float), s);  // ordered after the all-reduces
+    device::streamSynchronize(s);
+    if (got[0] != 8.0f || got[count - 1] != 8.0f) return "stream order: got " + std::to_string(got[0]) + ", expected 8";
+#ifdef STRATA_TEST_CUDA
+    if (!simulated()) {
+      cudaStream_t cs = static_cast<cudaStream_t>(s);
+      if (cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return "cannot capture";
+      ncclResult_t r = ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, comm, cs);
+      cudaGraph_t g;
+      cudaStreamEndCapture(cs, &g);
+      if (r != ncclInvalidUsage) return "capture was not refused (" + std::to_string(r) + ")";
+      if (std::string(ncclGetLastError(comm)).find("CUDA graph") == std::string::npos)
+        return std::string("unclear error: ") + ncclGetLastError(comm);
+    }
+#endif
     ncclCommDestroy(comm);
-    cudaFree(d);
-    cudaStreamDestroy(s);
+    device::streamDestroy(s);
     return "";
   });
   EXPECT_EQ(failures(results), "");

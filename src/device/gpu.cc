@@ -1,0 +1,109 @@
+// gpu.h's functions, served by the backend chosen at first use.
+#include "device/gpu.h"
+
+#include "base/config.h"
+#include "base/error.h"
+#include "device/gpu_backend.h"
+
+namespace strata::device {
+namespace {
+
+// No GPU at all: a build without CUDA. Nothing is device memory, so nothing else is called.
+class NoGpus final : public GpuBackend {
+ public:
+  const char* name() const override { return "none"; }
+  int count() override { return 0; }
+  std::string unavailableReason() override { return "this build has no CUDA (configure with nvcc on the PATH)"; }
+  bool isDevicePointer(const void*, int*) override { return false; }
+  int currentDevice() override { return -1; }
+  int setCurrentDevice(int) override { return -1; }
+  void* alloc(size_t) override { refuse("device memory"); }
+  void free(void*) override { refuse("device memory"); }
+  void reduceInOrder(void*, const void* const*, int, size_t, ncclDataType_t, const ReduceOp&, void*) override {
+    refuse("device kernels");
+  }
+  void prepare(void*, const void*, size_t, ncclDataType_t, const ReduceOp&, void*) override { refuse("device kernels"); }
+  void copy(void*, const void*, size_t, void*) override { refuse("device kernels"); }
+  bool capturing(void*) override { return false; }
+  void* pinnedAlloc(size_t) override { refuse("pinned memory"); }
+  void pinnedFree(void*) override { refuse("pinned memory"); }
+  void copyAsync(void*, const void*, size_t, void*) override { refuse("copies"); }
+  void hostCallback(void*, void (*)(void*), void*) override { refuse("streams"); }
+  void waitHostFlag(void*, const uint64_t*, uint64_t) override { refuse("streams"); }
+  void* streamCreate() override { refuse("streams"); }
+  void streamDestroy(void*) override { refuse("streams"); }
+  void streamSynchronize(void*) override { refuse("streams"); }
+  void copySync(void*, const void*, size_t) override { refuse("copies"); }
+  void memsetSync(void*, int, size_t) override { refuse("copies"); }
+  void* ipcAlloc(size_t, std::string*) override { refuse("CUDA IPC"); }
+  void ipcFree(void*) override { refuse("CUDA IPC"); }
+  void* ipcOpen(const std::string&, std::string* why) override {
+    *why = unavailableReason();
+    return nullptr;
+  }
+  void ipcClose(void*) override { refuse("CUDA IPC"); }
+  std::string busId(int) override { return ""; }
+
+ private:
+  [[noreturn]] void refuse(const char* what) { fail(ncclInvalidUsage, "%s: %s", what, unavailableReason().c_str()); }
+};
+
+GpuBackend& backend() {
+  static GpuBackend* chosen = [] {
+    static std::unique_ptr<GpuBackend> owned;
+    if (config().gpuSim > 0) {
+      owned = simulatedGpus(config().gpuSim);
+      return owned.get();
+    }
+    if (GpuBackend* cuda = cudaGpus()) return cuda;
+    owned = std::make_unique<NoGpus>();
+    return owned.get();
+  }();
+  return *chosen;
+}
+
+}  // namespace
+
+bool gpuBuild() { return cudaGpus() != nullptr; }
+const char* gpuBackendName() { return backend().name(); }
+int gpuCount() { return backend().count(); }
+std::string gpuUnavailableReason() { return backend().unavailableReason(); }
+bool isDevicePointer(const void* p, int* device) { return p && backend().isDevicePointer(p, device); }
+int currentDevice() { return backend().currentDevice(); }
+void* gpuAlloc(size_t bytes) { return backend().alloc(bytes); }
+void gpuFree(void* p) { backend().free(p); }
+void gpuReduceInOrder(void* dst, const void* const* inputs, int n, size_t count, ncclDataType_t type,
+                      const ReduceOp& op, void* stream) {
+  if (count) backend().reduceInOrder(dst, inputs, n, count, type, op, stream);
+}
+void gpuPrepare(void* dst, const void* src, size_t count, ncclDataType_t type, const ReduceOp& op, void* stream) {
+  if (count) backend().prepare(dst, src, count, type, op, stream);
+}
+void gpuCopy(void* dst, const void* src, size_t bytes, void* stream) {
+  if (bytes && dst != src) backend().copy(dst, src, bytes, stream);
+}
+bool streamCapturing(void* stream) { return backend().capturing(stream); }
+void* pinnedAlloc(size_t bytes) { return backend().pinnedAlloc(bytes); }
+void pinnedFree(void* p) { backend().pinnedFree(p); }
+void copyAsync(void* dst, const void* src, size_t bytes, void* stream) {
+  if (bytes) backend().copyAsync(dst, src, bytes, stream);
+}
+void hostCallback(void* stream, void (*fn)(void*), void* arg) { backend().hostCallback(stream, fn, arg); }
+void waitHostFlag(void* stream, const uint64_t* flag, uint64_t value) { backend().waitHostFlag(stream, flag, value); }
+int setCurrentDevice(int device) { return backend().setCurrentDevice(device); }
+void* streamCreate() { return backend().streamCreate(); }
+void streamDestroy(void* stream) { backend().streamDestroy(stream); }
+void streamSynchronize(void* stream) { backend().streamSynchronize(stream); }
+void copySync(void* dst, const void* src, size_t bytes) {
+  if (bytes) backend().copySync(dst, src, bytes);
+}
+void memsetSync(void* dst, int value, size_t bytes) {
+  if (bytes) backend().memsetSync(dst, value, bytes);
+}
+void* ipcAlloc(size_t bytes, std::string* handle) { return backend().ipcAlloc(bytes, handle); }
+void ipcFree(void* p) { backend().ipcFree(p); }
+void* ipcOpen(const std::string& handle, std::string* why) { return backend().ipcOpen(handle, why); }
+void ipcClose(void* p) { backend().ipcClose(p); }
+std::string gpuBusId(int device) { return device < 0 ? "" : backend().busId(device); }
+
+}  // namespace strata::device

@@ -1,0 +1,55 @@
+// What gpu.h's functions are served by: CUDA (gpu_cuda.cc), simulated GPUs in host
+// memory for testing the device path without one (gpu_sim.cc, STRATA_GPU_SIM), or
+// none (gpu.cc). Chosen once per process.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "device/cpu_reduce.h"
+
+namespace strata::device {
+
+class GpuBackend {
+ public:
+  virtual ~GpuBackend() = default;
+  virtual const char* name() const = 0;
+  virtual int count() = 0;
+  virtual std::string unavailableReason() = 0;
+  virtual bool isDevicePointer(const void* p, int* device) = 0;
+  virtual int currentDevice() = 0;
+  virtual int setCurrentDevice(int device) = 0;
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void free(void* p) = 0;
+  virtual void reduceInOrder(void* dst, const void* const* inputs, int n, size_t count, ncclDataType_t type,
+                             const ReduceOp& op, void* stream) = 0;
+  virtual void prepare(void* dst, const void* src, size_t count, ncclDataType_t type, const ReduceOp& op,
+                       void* stream) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes, void* stream) = 0;
+  virtual bool capturing(void* stream) = 0;
+  virtual void* pinnedAlloc(size_t bytes) = 0;
+  virtual void pinnedFree(void* p) = 0;
+  virtual void copyAsync(void* dst, const void* src, size_t bytes, void* stream) = 0;
+  virtual void hostCallback(void* stream, void (*fn)(void*), void* arg) = 0;
+  virtual void waitHostFlag(void* stream, const uint64_t* flag, uint64_t value) = 0;
+  virtual void* streamCreate() = 0;
+  virtual void streamDestroy(void* stream) = 0;
+  virtual void streamSynchronize(void* stream) = 0;
+  virtual void copySync(void* dst, const void* src, size_t bytes) = 0;
+  virtual void memsetSync(void* dst, int value, size_t bytes) = 0;
+  virtual void* ipcAlloc(size_t bytes, std::string* handle) = 0;
+  virtual void ipcFree(void* p) = 0;
+  virtual void* ipcOpen(const std::string& handle, std::string* why) = 0;
+  virtual void ipcClose(void* p) = 0;
+  virtual std::string busId(int device) = 0;
+};
+
+// The CUDA backend, or null in a build without CUDA.
+GpuBackend* cudaGpus();
+// `n` GPUs simulated in host memory: streams are worker threads, kernels the CPU
+// functions, CUDA IPC shared-memory segments. For tests of the device path.
+std::unique_ptr<GpuBackend> simulatedGpus(int n);
+
+}  // namespace strata::device

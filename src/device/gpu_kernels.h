@@ -1,0 +1,18 @@
+// The CUDA kernels' launchers (gpu_kernels.cu), for the CUDA backend.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "device/cpu_reduce.h"
+
+namespace strata::device::cuda {
+
+void checkCuda(int err, const char* what);  // gpu_cuda.cc: throws ncclUnhandledCudaError
+void reduceInOrder(void* dst, const void* const* inputs, int n, size_t count, ncclDataType_t type, const ReduceOp& op,
+                   void* stream);
+void prepare(void* dst, const void* src, size_t count, ncclDataType_t type, const ReduceOp& op, void* stream);
+void copy(void* dst, const void* src, size_t bytes, void* stream);
+void waitHostFlag(void* stream, const uint64_t* flag, uint64_t value);
+
+}  // namespace strata::device::cuda

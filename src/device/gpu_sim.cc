@@ -1,0 +1,275 @@
+// GPUs simulated in host memory (STRATA_GPU_SIM=N), so that the device path (the
+// staging, the streams and their callbacks, the proxy, cuda_ipc and the GPU-to-GPU
+// collectives) runs and is tested on machines without a GPU. A stream is a worker
+// thread running its work in order; a kernel is the CPU function of the same name;
+// "device memory" is host memory this backend hands out and recognises; a CUDA IPC
+// handle names a POSIX shared-memory segment, so processes map each other's buffers.
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "base/error.h"
+#include "device/dtypes.h"
+#include "device/gpu_backend.h"
+
+namespace strata::device {
+namespace {
+
+// Work in order on one thread, like a CUDA stream.
+class SimStream {
+ public:
+  SimStream() : worker_([this] { loop(); }) {}
+  ~SimStream() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+  void push(std::function<void()> work) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(work));
+    }
+    cv_.notify_all();
+  }
+  void synchronize() {
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::function<void()> work;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        work = std::move(queue_.front());
+        queue_.pop_front();
+        busy_ = true;
+      }
+      work();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        busy_ = false;
+      }
+      idle_.notify_all();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_, idle_;
+  std::deque<std::function<void()>> queue_;
+  bool busy_ = false, stop_ = false;
+  std::thread worker_;
+};
+
+// Simulated device memory lives in one fixed range of the address space, so that
+// every copy of this code in a process (libnccl.so.2 and a test linking the device
+// layer statically) tells device from host memory alike, with no shared registry.
+// The first page holds the bump allocator both copies use.
+constexpr uintptr_t kArenaBase = 0x5f0000000000;
+constexpr size_t kArenaBytes = size_t{1} << 40;
+constexpr size_t kBlockHeader = 256;  // before each block: its size
+
+struct ArenaHeader {
+  std::atomic<uint64_t> magic;
+  std::atomic<uint64_t> next;  // offset of the next free byte
+};
+constexpr uint64_t kArenaMagic = 0x5354524154414731ull;
+
+ArenaHeader& arena() {
+  static ArenaHeader* header = [] {
+    void* want = reinterpret_cast<void*>(kArenaBase);
+    void* p = mmap(want, kArenaBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    auto* h = static_cast<ArenaHeader*>(want);
+    if (p == want) {  // this copy reserved it: set up the header
+      if (mprotect(want, 4096, PROT_READ | PROT_WRITE) != 0) failErrno("simulated GPU: arena header");
+      h->next.store(4096);
+      h->magic.store(kArenaMagic, std::memory_order_release);
+    } else if (p != MAP_FAILED) {
+      munmap(p, kArenaBytes);
+      fail(ncclSystemError, "simulated GPU: the kernel placed the arena elsewhere (no MAP_FIXED_NOREPLACE?)");
+    } else if (errno != EEXIST) {
+      failErrno("simulated GPU: reserving the arena");
+    }
+    while (h->magic.load(std::memory_order_acquire) != kArenaMagic) sched_yield();  // the other copy is setting it up
+    return h;
+  }();
+  return *header;
+}
+
+bool inArena(const void* p) {
+  auto a = reinterpret_cast<uintptr_t>(p);
+  return a >= kArenaBase + 4096 && a < kArenaBase + arena().next.load();
+}
+
+// Takes `bytes` (page-rounded) of the arena; `fd` >= 0 maps that segment there.
+char* arenaTake(size_t bytes, int fd) {
+  size_t span = (bytes + 4095) / 4096 * 4096;
+  uint64_t off = arena().next.fetch_add(span);
+  STRATA_REQUIRE(off + span <= kArenaBytes, ncclSystemError, "simulated GPU: arena exhausted");
+  void* at = reinterpret_cast<void*>(kArenaBase + off);
+  int flags = MAP_FIXED | (fd >= 0 ? MAP_SHARED : MAP_PRIVATE | MAP_ANONYMOUS);
+  if (mmap(at, span, PROT_READ | PROT_WRITE, flags, fd, 0) != at) failErrno("simulated GPU: mapping device memory");
+  return static_cast<char*>(at);
+}
+
+// Gives a block's pages back (the addresses are not reused).
+void arenaRelease(void* at, size_t bytes) {
+  size_t span = (bytes + 4095) / 4096 * 4096;
+  mmap(at, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+}
+
+class SimGpus final : public GpuBackend {
+ public:
+  explicit SimGpus(int n) : n_(n) {}
+  const char* name() const override { return "simulated"; }
+  int count() override { return n_; }
+  std::string unavailableReason() override { return ""; }
+  bool isDevicePointer(const void* p, int* device) override {
+    if (!inArena(p)) return false;
+    if (device) *device = 0;  // simulated pointers do not record their GPU
+    return true;
+  }
+  int currentDevice() override { return current(); }
+  int setCurrentDevice(int device) override {
+    int prev = current();
+    if (device >= 0) current() = device % n_;
+    return prev;
+  }
+  void* alloc(size_t bytes) override {
+    char* block = arenaTake(kBlockHeader + bytes, -1);
+    memcpy(block, &bytes, sizeof bytes);
+    return block + kBlockHeader;
+  }
+  void free(void* p) override {
+    STRATA_REQUIRE(inArena(p), ncclInvalidArgument, "simulated GPU: %p is not device memory", p);
+    char* block = static_cast<char*>(p) - kBlockHeader;
+    size_t bytes;
+    memcpy(&bytes, block, sizeof bytes);
+    arenaRelease(block, kBlockHeader + bytes);
+  }
+  void reduceInOrder(void* dst, const void* const* inputs, int n, size_t count, ncclDataType_t type, const ReduceOp& op,
+                     void* stream) override {
+    std::vector<const void*> in(inputs, inputs + n);
+    on(stream, [=] { device::reduceInOrder(dst, in.data(), n, count, type, op); });
+  }
+  void prepare(void* dst, const void* src, size_t count, ncclDataType_t type, const ReduceOp& op, void* stream) override {
+    on(stream, [=] { device::prepare(dst, src, count, type, op); });
+  }
+  void copy(void* dst, const void* src, size_t bytes, void* stream) override {
+    on(stream, [=] { memmove(dst, src, bytes); });
+  }
+  bool capturing(void*) override { return false; }
+  void* pinnedAlloc(size_t bytes) override {
+    void* p = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+    if (!p) fail(ncclSystemError, "simulated GPU: out of pinned memory for %zu bytes", bytes);
+    return p;
+  }
+  void pinnedFree(void* p) override { std::free(p); }
+  void copyAsync(void* dst, const void* src, size_t bytes, void* stream) override { copy(dst, src, bytes, stream); }
+  void hostCallback(void* stream, void (*fn)(void*), void* arg) override { on(stream, [=] { fn(arg); }); }
+  void waitHostFlag(void* stream, const uint64_t* flag, uint64_t value) override {
+    on(stream, [=] {
+      for (int spins = 0; __atomic_load_n(flag, __ATOMIC_ACQUIRE) < value; ++spins) {
+        if (spins < 100) sched_yield();
+        else usleep(20);
+      }
+    });
+  }
+  void* streamCreate() override { return new SimStream(); }
+  void streamDestroy(void* stream) override { delete static_cast<SimStream*>(stream); }
+  void streamSynchronize(void* stream) override { of(stream).synchronize(); }
+  void copySync(void* dst, const void* src, size_t bytes) override { memmove(dst, src, bytes); }
+  void memsetSync(void* dst, int value, size_t bytes) override { memset(dst, value, bytes); }
+  void* ipcAlloc(size_t bytes, std::string* handle) override {
+    static std::atomic<int> counter{0};
+    std::string name = format("/strata-%d-gpusim-%d", getpid(), counter++);
+    int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) failErrno("simulated GPU: shm_open");
+    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      close(fd);
+      shm_unlink(name.c_str());
+      failErrno("simulated GPU: sizing an IPC segment");
+    }
+    char* p = arenaTake(bytes, fd);
+    close(fd);
+    remember(p, bytes, name);
+    *handle = name;
+    handle->resize(64, '\0');
+    return p;
+  }
+  void ipcFree(void* p) override {
+    auto [bytes, name] = forget(p);
+    arenaRelease(p, bytes);
+    shm_unlink(name.c_str());
+  }
+  void* ipcOpen(const std::string& handle, std::string* why) override {
+    std::string name = handle.c_str();  // up to the first NUL
+    int fd = shm_open(name.c_str(), O_RDWR, 0);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+      *why = "simulated GPU: cannot open " + name + ": " + strerror(errno);
+      if (fd >= 0) close(fd);
+      return nullptr;
+    }
+    char* p = arenaTake(static_cast<size_t>(st.st_size), fd);
+    close(fd);
+    remember(p, static_cast<size_t>(st.st_size), "");
+    return p;
+  }
+  void ipcClose(void* p) override { arenaRelease(p, forget(p).first); }
+  std::string busId(int device) override { return format("0000:%02x:00.0", 0x10 + device); }
+
+ private:
+  static int& current() {
+    thread_local int device = 0;
+    return device;
+  }
+  // IPC mappings: size and, for the owner, the segment's name.
+  void remember(void* p, size_t bytes, const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    segments_[p] = {bytes, name};
+  }
+  std::pair<size_t, std::string> forget(void* p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = segments_.find(p);
+    STRATA_REQUIRE(it != segments_.end(), ncclInvalidArgument, "simulated GPU: %p is not an IPC mapping", p);
+    auto r = it->second;
+    segments_.erase(it);
+    return r;
+  }
+  // Stream 0 is one per process, as the legacy default stream.
+  SimStream& of(void* stream) {
+    if (stream) return *static_cast<SimStream*>(stream);
+    static SimStream* legacy = new SimStream();  // lives as long as the process
+    return *legacy;
+  }
+  void on(void* stream, std::function<void()> work) { of(stream).push(std::move(work)); }
+
+  int n_;
+  std::mutex mu_;
+  std::map<void*, std::pair<size_t, std::string>> segments_;
+};
+
+}  // namespace
+
+std::unique_ptr<GpuBackend> simulatedGpus(int n) { return std::make_unique<SimGpus>(n); }
+
+}  // namespace strata::device
