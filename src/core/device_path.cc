@@ -27,12 +27,19 @@ using algorithms::Collective;
 
 struct Lane;
 
+// What the proxy runs at once: the whole group, or one chunk of a large staged
+// all-reduce, broadcast or reduce (so the copies of the other chunks overlap it).
+struct Part {
+  std::vector<std::pair<ncclComm*, OpDesc>> hostOps;  // on staging buffers (or the device buffers, direct)
+  uint64_t* flag = nullptr;                            // pinned; raised when the proxy has run it
+  std::atomic<int> waiting{0};                         // streams whose inputs for it are not staged yet
+};
+
 // One group on device buffers, from enqueue until its last copy back has run.
 struct Job {
-  std::vector<std::pair<ncclComm*, OpDesc>> hostOps;  // the same operations on staging buffers
+  std::vector<std::unique_ptr<Part>> parts;
+  size_t next = 0;                                     // the first part the proxy has not run
   std::vector<std::pair<void*, size_t>> buffers;      // pinned staging, back to the pool at the end
-  uint64_t* flag = nullptr;                            // pinned; raised when the host part is done
-  std::atomic<int> waiting{0};                         // streams whose inputs are not staged yet
   std::atomic<int> finishing{0};                       // streams whose outputs are not copied back yet
   std::vector<Lane*> lanes;                            // every communicator the job touches
   Lane* home = nullptr;                                // the one whose proxy runs it
@@ -129,8 +136,8 @@ void raise(uint64_t* flag) { __atomic_store_n(flag, uint64_t{1}, __ATOMIC_RELEAS
 
 // CUDA's callback thread: no CUDA calls, no blocking.
 void onInputsStaged(void* arg) {
-  auto* job = static_cast<Job*>(arg);
-  if (job->waiting.fetch_sub(1) == 1) {
+  auto* part = static_cast<Part*>(arg);
+  if (part->waiting.fetch_sub(1) == 1) {
     std::lock_guard<std::mutex> lock(gMu);
     gCv.notify_all();
   }
@@ -141,7 +148,7 @@ void onOutputsCopied(void* arg) {
   if (job->finishing.fetch_sub(1) != 1) return;
   std::lock_guard<std::mutex> lock(gMu);
   for (auto& [p, bytes] : job->buffers) gPool.emplace(bytes, p);
-  gFreeFlags.push_back(job->flag);
+  for (auto& part : job->parts) gFreeFlags.push_back(part->flag);
   for (Lane* l : job->lanes) --l->unfinished;
   for (auto it = gJobs.begin(); it != gJobs.end(); ++it)
     if (it->get() == job) {
@@ -153,8 +160,8 @@ void onOutputsCopied(void* arg) {
 
 // As the host path fails (Executor::failAll): the error is the communicator's, and
 // its connections close, so that peers waiting for this rank fail now, not at the timeout.
-void failJob(Job& job, ncclResult_t code, const char* what) {
-  for (auto& [h, op] : job.hostOps) {
+void failJob(Job& job, const Part& part, ncclResult_t code, const char* what) {
+  for (auto& [h, op] : part.hostOps) {
     Communicator& c = *h->impl;
     if (c.asyncError() == ncclSuccess) c.setAsyncError(code);
     c.abortConnections();
@@ -163,34 +170,42 @@ void failJob(Job& job, ncclResult_t code, const char* what) {
               "device path: %s; the stream goes on with undefined output (ncclCommGetAsyncError reports it)", what);
 }
 
-void runJob(Job& job) {
+void runPart(Job& job, Part& part) {
   try {
     if (job.direct)
-      device_direct::run(job.hostOps, &job.home->stream);
+      device_direct::run(part.hostOps, &job.home->stream);
     else
-      group::runHostOps(job.hostOps);
+      group::runHostOps(part.hostOps);
   } catch (const Error& e) {
-    failJob(job, e.code(), e.what());
+    failJob(job, part, e.code(), e.what());
   } catch (const std::exception& e) {  // the proxy must outlive any failure: streams wait on it
-    failJob(job, ncclInternalError, e.what());
+    failJob(job, part, ncclInternalError, e.what());
   }
-  raise(job.flag);
+  raise(part.flag);
 }
 
 void proxyLoop(Lane* lane) {
+  auto ready = [&] {
+    if (lane->queue.empty()) return false;
+    Job& j = *lane->queue.front();
+    return j.parts[j.next]->waiting.load() == 0;
+  };
   for (;;) {
     std::shared_ptr<Job> job;
+    Part* part = nullptr;
     {
       std::unique_lock<std::mutex> lock(gMu);
-      gCv.wait(lock, [&] { return lane->stop || (!lane->queue.empty() && lane->queue.front()->waiting.load() == 0); });
+      gCv.wait(lock, [&] { return lane->stop || ready(); });
       if (lane->stop) {  // release() gave up waiting: free the streams, the outputs are lost
-        for (auto& j : lane->queue) raise(j->flag);
+        for (auto& j : lane->queue)
+          for (auto& p : j->parts) raise(p->flag);
         return;
       }
       job = lane->queue.front();
-      lane->queue.pop_front();
+      part = job->parts[job->next++].get();
+      if (job->next == job->parts.size()) lane->queue.pop_front();
     }
-    runJob(*job);
+    runPart(*job, *part);
   }
 }
 
@@ -216,18 +231,29 @@ bool touchesDevice(const OpDesc& op) {
 
 namespace {
 
-// A copy back to the device, made on `stream` once the proxy is done.
-struct CopyBack {
+// A copy between a device buffer and staging, made on `stream`.
+struct Transfer {
   void* stream;
   void* dst;
   const void* src;
   size_t bytes;
 };
 
-// Rewrites the operations onto staging buffers and enqueues the input copies;
-// returns the distinct streams (with the device to launch on) and the copies back.
-void stageInputs(const std::vector<std::pair<ncclComm*, OpDesc>>& ops, Job& job,
-                 std::vector<std::pair<void*, int>>* streams, std::vector<CopyBack>* backs) {
+// What the streams do for one part: copies in before telling the proxy, copies
+// out after its flag.
+struct PartCopies {
+  std::vector<Transfer> in, out;
+};
+
+// Staged all-reduce, broadcast and reduce are element-wise, so a large one runs as
+// chunks: the copies of one chunk overlap the host's work on another.
+constexpr size_t kStageChunkBytes = 4 << 20;
+
+// Rewrites the operations onto staging buffers; returns the distinct streams (with
+// the device to launch on) and every operation's copies.
+PartCopies stage(const std::vector<std::pair<ncclComm*, OpDesc>>& ops, Job& job, Part& part,
+                 std::vector<std::pair<void*, int>>* streams) {
+  PartCopies copies;
   for (auto& [h, op] : ops) {
     Communicator& c = *h->impl;
     Staging s = stagingOf(op, c.nranks(), c.rank());
@@ -239,14 +265,46 @@ void stageInputs(const std::vector<std::pair<ncclComm*, OpDesc>>& ops, Job& job,
     auto known = [&](const std::pair<void*, int>& e) { return e.first == op.stream; };
     if (std::find_if(streams->begin(), streams->end(), known) == streams->end())
       streams->emplace_back(op.stream, c.device());
-    int prev = device::setCurrentDevice(c.device());
-    if (s.readsIn) device::copyAsync(const_cast<void*>(host.sendbuff), op.sendbuff, s.in, op.stream);
-    device::setCurrentDevice(prev);
-    if (s.writesOut) backs->push_back({op.stream, op.recvbuff, host.recvbuff, s.out});
-    job.hostOps.emplace_back(h, host);
+    if (s.readsIn) copies.in.push_back({op.stream, const_cast<void*>(host.sendbuff), op.sendbuff, s.in});
+    if (s.writesOut) copies.out.push_back({op.stream, op.recvbuff, host.recvbuff, s.out});
+    part.hostOps.emplace_back(h, host);
     Lane& l = laneFor(c);
     if (std::find(job.lanes.begin(), job.lanes.end(), &l) == job.lanes.end()) job.lanes.push_back(&l);
   }
+  return copies;
+}
+
+Transfer slice(const Transfer& t, size_t offset, size_t bytes) {
+  return {t.stream, static_cast<char*>(t.dst) + offset, static_cast<const char*>(t.src) + offset, bytes};
+}
+
+// Splits a staged single all-reduce, broadcast or reduce into chunk-sized parts.
+std::vector<PartCopies> chunk(Job& job, const PartCopies& whole) {
+  const auto& [h, op] = job.parts[0]->hostOps[0];
+  bool splittable = job.parts[0]->hostOps.size() == 1 && op.kind == OpKind::kCollective &&
+                    (op.coll == Collective::kAllReduce || op.coll == Collective::kBroadcast ||
+                     op.coll == Collective::kReduce);
+  size_t es = device::dtypeSize(op.type), per = kStageChunkBytes / es;
+  if (!splittable || op.count <= per) return {whole};
+  std::vector<PartCopies> parts;
+  OpDesc base = op;
+  ncclComm* comm = h;
+  job.parts.clear();
+  for (size_t o = 0; o < base.count; o += per) {
+    size_t n = std::min(per, base.count - o);
+    auto part = std::make_unique<Part>();
+    OpDesc piece = base;
+    piece.count = n;
+    piece.sendbuff = static_cast<const char*>(base.sendbuff) + o * es;
+    piece.recvbuff = static_cast<char*>(base.recvbuff) + o * es;
+    part->hostOps.emplace_back(comm, piece);
+    job.parts.push_back(std::move(part));
+    PartCopies pc;
+    for (const Transfer& t : whole.in) pc.in.push_back(slice(t, o * es, n * es));
+    for (const Transfer& t : whole.out) pc.out.push_back(slice(t, o * es, n * es));
+    parts.push_back(std::move(pc));
+  }
+  return parts;
 }
 
 }  // namespace
@@ -258,20 +316,24 @@ void enqueue(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
                    "operation through a host proxy thread, which a graph cannot replay (capture is not supported yet)",
                    op.fn, h->rank);
   auto job = std::make_shared<Job>();
-  job->flag = acquireFlag();
+  job->parts.push_back(std::make_unique<Part>());
   std::vector<std::pair<void*, int>> streams;
-  std::vector<CopyBack> backs;
+  std::vector<PartCopies> copies;
   job->direct = device_direct::fits(ops);
   if (job->direct) {  // the proxy reads and writes the device buffers itself
-    job->hostOps = ops;
-    for (auto& [h, op] : job->hostOps) op.pinned = h->impl->pinOp(op);
+    job->parts[0]->hostOps = ops;
+    for (auto& [h, op] : job->parts[0]->hostOps) op.pinned = h->impl->pinOp(op);
     job->lanes.push_back(&laneFor(*ops.front().first->impl));
     streams.emplace_back(ops.front().second.stream, ops.front().first->impl->device());
+    copies.emplace_back();
   } else {
-    stageInputs(ops, *job, &streams, &backs);
+    copies = chunk(*job, stage(ops, *job, *job->parts[0], &streams));
   }
   job->home = job->lanes.front();
-  job->waiting = static_cast<int>(streams.size());
+  for (auto& part : job->parts) {
+    part->flag = acquireFlag();
+    part->waiting = static_cast<int>(streams.size());
+  }
   job->finishing = static_cast<int>(streams.size());
   {
     std::lock_guard<std::mutex> lock(gMu);
@@ -279,13 +341,20 @@ void enqueue(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
     for (Lane* l : job->lanes) ++l->unfinished;
     job->home->queue.push_back(job);
   }
-  // Per stream: tell the proxy, wait for it, copy back, hand the staging back.
+  // Per stream: every part's inputs, each followed by a word to the proxy; then each
+  // part's wait and copies back; then the staging goes back to the pool.
   for (auto& [stream, dev] : streams) {
     int prev = device::setCurrentDevice(dev);
-    device::hostCallback(stream, onInputsStaged, job.get());
-    device::waitHostFlag(stream, job->flag, 1);
-    for (const CopyBack& b : backs)
-      if (b.stream == stream) device::copyAsync(b.dst, b.src, b.bytes, b.stream);
+    for (size_t k = 0; k < job->parts.size(); ++k) {
+      for (const Transfer& t : copies[k].in)
+        if (t.stream == stream) device::copyAsync(t.dst, t.src, t.bytes, t.stream);
+      device::hostCallback(stream, onInputsStaged, job->parts[k].get());
+    }
+    for (size_t k = 0; k < job->parts.size(); ++k) {
+      device::waitHostFlag(stream, job->parts[k]->flag, 1);
+      for (const Transfer& t : copies[k].out)
+        if (t.stream == stream) device::copyAsync(t.dst, t.src, t.bytes, t.stream);
+    }
     device::hostCallback(stream, onOutputsCopied, job.get());
     device::setCurrentDevice(prev);
   }

@@ -206,7 +206,8 @@ std::string checkReductions(const Rank& r, ncclDataType_t type, TestOp op, bool 
   return err;
 }
 
-// The data movements (all-gather, broadcast, all-to-all, send/recv) for one type.
+// The data movements (all-gather, broadcast, all-to-all, gather, scatter,
+// send/recv) for one type.
 std::string checkMovement(const Rank& r, ncclDataType_t type, bool inPlace) {
   const size_t count = 777, es = device::dtypeSize(type), n = static_cast<size_t>(r.n);
   auto cs = static_cast<cudaStream_t>(r.stream);
@@ -236,6 +237,19 @@ std::string checkMovement(const Rank& r, ncclDataType_t type, bool inPlace) {
                   [&](size_t i) { return verify::movedValue(static_cast<int>(i / count) * r.n + r.rank, i % count, type); },
                   "AllToAll " + tag);
   if (!err.empty()) return err;
+  // Gather to and scatter from the last rank.
+  upload(buf.p, verify::makeBuffer(type, count, mine));
+  RANK_NCCL(ncclGather(buf.p, out.p, count, type, root, r.comm, cs));
+  if ((err = sync(r)).empty() && r.rank == root)
+    err = compare(type, out.p, count * n, [&](size_t i) { return verify::movedValue(static_cast<int>(i / count), i % count, type); },
+                  "Gather " + tag);
+  if (!err.empty()) return err;
+  upload(buf.p, verify::makeBuffer(type, count * n, [&](size_t i) { return verify::movedValue(root * r.n + static_cast<int>(i / count), i % count, type); }));
+  RANK_NCCL(ncclScatter(buf.p, out.p, count, type, root, r.comm, cs));
+  if ((err = sync(r)).empty())
+    err = compare(type, out.p, count, [&](size_t i) { return verify::movedValue(root * r.n + r.rank, i, type); },
+                  "Scatter " + tag);
+  if (!err.empty()) return err;
   upload(buf.p, verify::makeBuffer(type, count, mine));
   int next = (r.rank + 1) % r.n, prev = (r.rank + r.n - 1) % r.n;
   RANK_NCCL(ncclGroupStart());
@@ -247,6 +261,32 @@ std::string checkMovement(const Rank& r, ncclDataType_t type, bool inPlace) {
   return err;
 }
 
+// Larger than a chunk of both paths (4 MiB staged, 16 MiB GPU to GPU), and not a
+// multiple of either: all-reduce, broadcast and reduce, in place.
+std::string checkLarge(const Rank& r) {
+  const size_t count = (5 << 20) + 3;
+  const ncclDataType_t type = ncclFloat32;
+  auto cs = static_cast<cudaStream_t>(r.stream);
+  DeviceBuffer buf(count * sizeof(float));  // every path below syncs before it is freed
+  upload(buf.p, verify::makeBuffer(type, count, [&](size_t i) { return verify::inputValue(r.rank, i, type, TestOp::kSum); }));
+  RANK_NCCL(ncclAllReduce(buf.p, buf.p, count, type, ncclSum, r.comm, cs));
+  std::string err = sync(r);
+  if (err.empty())
+    err = compare(type, buf.p, count, [&](size_t i) { return verify::reducedValue(r.n, i, type, TestOp::kSum); }, "large AllReduce");
+  if (!err.empty()) return err;
+  int root = r.n - 1;
+  upload(buf.p, verify::makeBuffer(type, count, [&](size_t i) { return r.rank == root ? verify::movedValue(root, i, type) : -1; }));
+  RANK_NCCL(ncclBroadcast(buf.p, buf.p, count, type, root, r.comm, cs));
+  if ((err = sync(r)).empty())
+    err = compare(type, buf.p, count, [&](size_t i) { return verify::movedValue(root, i, type); }, "large Broadcast");
+  if (!err.empty()) return err;
+  upload(buf.p, verify::makeBuffer(type, count, [&](size_t i) { return verify::inputValue(r.rank, i, type, TestOp::kMax); }));
+  RANK_NCCL(ncclReduce(buf.p, buf.p, count, type, ncclMax, 0, r.comm, cs));
+  if ((err = sync(r)).empty() && r.rank == 0)
+    err = compare(type, buf.p, count, [&](size_t i) { return verify::reducedValue(r.n, i, type, TestOp::kMax); }, "large Reduce");
+  return err;
+}
+
 std::string deviceRank(int rank, int nranks, const ncclUniqueId& id) {
   device::setCurrentDevice(0);  // every rank on the one GPU: Strata allows it, NCCL does not
   Rank r{nullptr, device::streamCreate(), rank, nranks};
@@ -254,6 +294,7 @@ std::string deviceRank(int rank, int nranks, const ncclUniqueId& id) {
   int dev = -1;
   RANK_NCCL(ncclCommCuDevice(r.comm, &dev));
   std::string err = dev == 0 ? "" : "ncclCommCuDevice says " + std::to_string(dev) + ", expected 0";
+  if (err.empty()) err = checkLarge(r);
   for (bool inPlace : {false, true})
     for (int t = 0; t < ncclNumTypes && err.empty(); ++t) {
       auto type = static_cast<ncclDataType_t>(t);
