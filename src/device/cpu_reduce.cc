@@ -6,30 +6,11 @@
 #include <cstring>
 #include <type_traits>
 
+#include "device/combine.h"
 #include "device/dtypes.h"
 
 namespace strata::device {
 namespace {
-
-template <typename C>
-C applyKind(C a, C b, ReduceKind kind) {
-  if constexpr (std::is_integral_v<C>) {
-    using U = std::make_unsigned_t<C>;
-    switch (kind) {  // unsigned arithmetic wraps instead of overflowing
-      case ReduceKind::kSum: return static_cast<C>(static_cast<U>(a) + static_cast<U>(b));
-      case ReduceKind::kProd: return static_cast<C>(static_cast<U>(a) * static_cast<U>(b));
-      case ReduceKind::kMax: return a > b ? a : b;
-      default: return a < b ? a : b;
-    }
-  } else {
-    switch (kind) {
-      case ReduceKind::kSum: return a + b;
-      case ReduceKind::kProd: return a * b;
-      case ReduceKind::kMax: return a > b ? a : b;
-      default: return a < b ? a : b;
-    }
-  }
-}
 
 template <typename T>
 typename Format<T>::Compute scalarOf(const ReduceOp& op) {
@@ -45,7 +26,7 @@ template <typename T, ReduceKind K>
 void reduceLoop(T* dst, const T* acc, const T* local, size_t n) {
   using F = Format<T>;
 #pragma GCC ivdep
-  for (size_t i = 0; i < n; ++i) dst[i] = F::store(applyKind(F::load(acc[i]), F::load(local[i]), K));
+  for (size_t i = 0; i < n; ++i) dst[i] = F::store(combine(F::load(acc[i]), F::load(local[i]), K));
 }
 
 template <typename T>
@@ -59,7 +40,7 @@ void reduceTyped(void* dstV, const void* accV, const void* localV, size_t n, con
 #pragma GCC ivdep
     for (size_t i = 0; i < n; ++i) {
       T scaled = F::store(F::load(local[i]) * s);  // rounded to T, as a pre-multiplied input is
-      dst[i] = F::store(applyKind(F::load(acc[i]), F::load(scaled), ReduceKind::kSum));
+      dst[i] = F::store(combine(F::load(acc[i]), F::load(scaled), ReduceKind::kSum));
     }
     return;
   }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "device/combine.h"
 #include "device/gpu_kernels.h"
 
 namespace strata::device::cuda {
@@ -50,26 +51,6 @@ struct DevFormat<__nv_fp8_e5m2> {
   __device__ static float load(__nv_fp8_e5m2 v) { return static_cast<float>(v); }
   __device__ static __nv_fp8_e5m2 store(float v) { return __nv_fp8_e5m2(v); }
 };
-
-template <typename C>
-__device__ C combine(C a, C b, ReduceKind kind) {
-  if constexpr (std::is_integral_v<C>) {
-    using U = std::make_unsigned_t<C>;  // wraps instead of overflowing, as on the CPU
-    switch (kind) {
-      case ReduceKind::kSum: return static_cast<C>(static_cast<U>(a) + static_cast<U>(b));
-      case ReduceKind::kProd: return static_cast<C>(static_cast<U>(a) * static_cast<U>(b));
-      case ReduceKind::kMax: return a > b ? a : b;
-      default: return a < b ? a : b;
-    }
-  } else {
-    switch (kind) {
-      case ReduceKind::kSum: return a + b;
-      case ReduceKind::kProd: return a * b;
-      case ReduceKind::kMax: return a > b ? a : b;
-      default: return a < b ? a : b;
-    }
-  }
-}
 
 template <typename T>
 struct Params {
