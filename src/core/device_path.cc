@@ -62,6 +62,7 @@ std::map<Communicator*, std::unique_ptr<Lane>> gLanes;
 std::set<std::shared_ptr<Job>> gJobs;        // alive until their last callback
 std::multimap<size_t, void*> gPool;          // free pinned buffers by size
 std::vector<uint64_t*> gFreeFlags;           // free pinned flag words
+std::vector<uint64_t*> gFlagSlabs;           // where they come from
 std::atomic<bool> gAnyLane{false};
 std::vector<std::unique_ptr<Lane>> gStuckLanes;  // stopped with jobs still on a stream: their callbacks use them
 
@@ -125,8 +126,9 @@ uint64_t* acquireFlag() {
       return f;
     }
   }
-  auto* slab = static_cast<uint64_t*>(device::pinnedAlloc(4096));  // 512 flags at a time, never freed
+  auto* slab = static_cast<uint64_t*>(device::pinnedAlloc(4096));  // 512 flags at a time
   std::lock_guard<std::mutex> lock(gMu);
+  gFlagSlabs.push_back(slab);
   for (int i = 1; i < 512; ++i) gFreeFlags.push_back(slab + i);
   slab[0] = 0;
   return slab;
@@ -396,8 +398,19 @@ void release(Communicator& comm) {
   }
   lane->proxy.join();
   if (lane->stream) device::streamDestroy(lane->stream);
-  std::lock_guard<std::mutex> lock(gMu);
-  if (lane->unfinished > 0) gStuckLanes.push_back(std::move(lane));
+  std::vector<void*> unused;  // with the last communicator gone, the pinned pools go too
+  {
+    std::lock_guard<std::mutex> lock(gMu);
+    if (lane->unfinished > 0) gStuckLanes.push_back(std::move(lane));
+    if (!gLanes.empty() || !gJobs.empty()) return;
+    for (auto& [bytes, p] : gPool) unused.push_back(p);
+    for (uint64_t* slab : gFlagSlabs) unused.push_back(slab);
+    gPool.clear();
+    gFlagSlabs.clear();
+    gFreeFlags.clear();
+    gAnyLane.store(false);
+  }
+  for (void* p : unused) device::pinnedFree(p);
 }
 
 }  // namespace strata::core::device_path
