@@ -50,6 +50,7 @@ struct Config {
   int topoDumpRank = 0;                     // NCCL_TOPO_DUMP_FILE_RANK: the rank that writes it
   bool p2pDisable = false;                  // NCCL_P2P_DISABLE=1: GPUs never talk directly (planner, cuda_ipc)
   std::string p2pLevel;                     // NCCL_P2P_LEVEL: worst path class for direct GPU traffic (default PXB)
+  std::string presetDir;                    // STRATA_PRESET_DIR: where strata-topo finds presets (unset: the source tree's)
   int gpuSim = 0;                           // STRATA_GPU_SIM=N: N GPUs simulated in host memory (tests of the device path)
   int spinCount = 2000;                     // STRATA_SPIN: polls before a waiting rank yields, then sleeps
 

@@ -4,8 +4,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cstdlib>
 
+#include "base/config.h"
 #include "base/error.h"
 #include "topology/nvml.h"
 
@@ -80,8 +80,8 @@ XmlElement discoverLocalTopology(std::vector<std::string>* warnings) {
 }
 
 std::string presetDir() {
-  const char* env = getenv("STRATA_PRESET_DIR");
-  return env && *env ? env : STRATA_SOURCE_PRESET_DIR;
+  const std::string& dir = config().presetDir;
+  return dir.empty() ? STRATA_SOURCE_PRESET_DIR : dir;
 }
 
 std::string resolvePreset(const std::string& nameOrPath) {
