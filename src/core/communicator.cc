@@ -53,13 +53,14 @@ PeerInfo Communicator::describeSelf(int rank, const CommOptions& opts, std::shar
   self.listenAddr = PostOffice::instance().address();
   self.numaNode = topology::currentNumaNode();
   auto topo = topology::localTopology(config().topoFile);  // throws for a bad NCCL_TOPO_FILE
-  std::vector<int> rails = topology::nearestNets(topo->sys, topology::cpuForNuma(topo->sys, self.numaNode));
+  int cpu = topology::cpuForNuma(topo->sys, self.numaNode);
+  std::vector<int> rails = topo->fromFile ? topology::nearestNets(topo->sys, cpu) : std::vector<int>{};
   if (config().netGBps > 0) {
     self.netGBps = config().netGBps;
-  } else if (topo->fromFile && !rails.empty()) {
+  } else if (!rails.empty()) {
     // The file describes this node's NICs: equally near ones are spread over consecutive ranks.
     self.rail = rails[rank % rails.size()];
-    self.netGBps = topology::railTo(topo->sys, topology::cpuForNuma(topo->sys, self.numaNode), self.rail).second;
+    self.netGBps = topology::railTo(topo->sys, cpu, self.rail).second;
   } else {
     std::string ifname;
     chooseInterfaceAddress(config().socketIfname, &ifname);

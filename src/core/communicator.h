@@ -166,6 +166,7 @@ class Communicator {
   void setup(std::vector<PeerInfo> peers, std::unique_ptr<Bootstrap> bootstrap, const CommOptions& opts);
   void mapNodes();
   void reportTopology();  // logs where the topology came from; writes NCCL_TOPO_DUMP_FILE
+  OpDesc::Pinned pin(ncclRedOp_t op, ncclDataType_t type, const char* fn) const;
   void connectRing();
   // (peer, connection id) for every other rank.
   std::vector<std::pair<int, uint64_t>> everyPeer(uint64_t connection) const;

@@ -7,7 +7,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <thread>
 
 #include "base/clock.h"
@@ -59,7 +58,7 @@ struct Lane {
 std::mutex gMu;
 std::condition_variable gCv;
 std::map<Communicator*, std::unique_ptr<Lane>> gLanes;
-std::set<std::shared_ptr<Job>> gJobs;        // alive until their last callback
+std::map<const Job*, std::shared_ptr<Job>> gJobs;  // alive until their last callback
 std::multimap<size_t, void*> gPool;          // free pinned buffers by size
 std::vector<uint64_t*> gFreeFlags;           // free pinned flag words
 std::vector<uint64_t*> gFlagSlabs;           // where they come from
@@ -152,11 +151,7 @@ void onOutputsCopied(void* arg) {
   for (auto& [p, bytes] : job->buffers) gPool.emplace(bytes, p);
   for (auto& part : job->parts) gFreeFlags.push_back(part->flag);
   for (Lane* l : job->lanes) --l->unfinished;
-  for (auto it = gJobs.begin(); it != gJobs.end(); ++it)
-    if (it->get() == job) {
-      gJobs.erase(it);
-      break;
-    }
+  gJobs.erase(job);
   gCv.notify_all();
 }
 
@@ -339,7 +334,7 @@ void enqueue(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
   job->finishing = static_cast<int>(streams.size());
   {
     std::lock_guard<std::mutex> lock(gMu);
-    gJobs.insert(job);
+    gJobs.emplace(job.get(), job);
     for (Lane* l : job->lanes) ++l->unfinished;
     job->home->queue.push_back(job);
   }

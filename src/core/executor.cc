@@ -149,9 +149,8 @@ void Executor::checkHealth(double idleSec) {
     // A peer process that died is found by its pid only where the connection cannot
     // tell: shared memory. A socket reports the exit as its end of stream, and the
     // dead peer's kernel may still be delivering what it sent.
-    const PeerInfo& other = peer >= 0 ? comm.peer(peer) : comm.peer(comm.rank());
-    if (peer >= 0 && other.sameHost(comm.peer(comm.rank())) &&
-        transport::selectTransport(comm.peer(comm.rank()), other).sharesMemory() && !processAlive(other.pid)) {
+    if (peer >= 0 && transport::selectTransport(comm.peer(comm.rank()), comm.peer(peer)).sharesMemory() &&
+        !processAlive(comm.peer(peer).pid)) {
       // Whatever it stored before exiting is there now, maybe since the last sweep: take it before judging.
       if (sweepOrFail()) return;
       failAll(ncclRemoteError, format("%s: rank %d: rank %d (pid %d) exited while this rank waited for it", t.fn(),

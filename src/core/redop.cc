@@ -62,17 +62,20 @@ void Communicator::destroyRedOp(ncclRedOp_t op) {
   userOps_[op - ncclNumOps].live = false;
 }
 
-device::ReduceOp Communicator::resolveOp(ncclRedOp_t op, ncclDataType_t type, const char* fn) const {
-  device::ReduceOp r;
+// Everything about an op but a device scalar's value, which is read when the
+// operation runs; validates a user op against the datatype.
+OpDesc::Pinned Communicator::pin(ncclRedOp_t op, ncclDataType_t type, const char* fn) const {
+  OpDesc::Pinned p;
+  p.set = true;
   switch (op) {
-    case ncclSum: r.kind = device::ReduceKind::kSum; return r;
-    case ncclProd: r.kind = device::ReduceKind::kProd; return r;
-    case ncclMax: r.kind = device::ReduceKind::kMax; return r;
-    case ncclMin: r.kind = device::ReduceKind::kMin; return r;
+    case ncclSum: p.op.kind = device::ReduceKind::kSum; return p;
+    case ncclProd: p.op.kind = device::ReduceKind::kProd; return p;
+    case ncclMax: p.op.kind = device::ReduceKind::kMax; return p;
+    case ncclMin: p.op.kind = device::ReduceKind::kMin; return p;
     case ncclAvg:
-      r.kind = device::ReduceKind::kSum;
-      r.postDivide = nranks();
-      return r;
+      p.op.kind = device::ReduceKind::kSum;
+      p.op.postDivide = nranks();
+      return p;
     default: break;
   }
   STRATA_REQUIRE(isUserOp(op), ncclInvalidArgument, "%s: rank %d: unknown reduction op %d", fn, rank_,
@@ -82,26 +85,18 @@ device::ReduceOp Communicator::resolveOp(ncclRedOp_t op, ncclDataType_t type, co
   STRATA_REQUIRE(u.type == type, ncclInvalidArgument,
                  "%s: rank %d: op %d was created for %s but is used with %s", fn, rank_, static_cast<int>(op),
                  device::dtypeName(u.type), device::dtypeName(type));
-  r = u.op;
-  if (u.residence == ncclScalarDevice) readScalar(u.scalarPtr, type, &r);
-  return r;
-}
-
-OpDesc::Pinned Communicator::pinOp(const OpDesc& op) const {
-  OpDesc::Pinned p;
-  p.set = true;
-  if (isUserOp(op.op)) {
-    std::lock_guard<std::mutex> lock(opsMutex_);
-    const UserOp& u = userOps_[op.op - ncclNumOps];
-    if (u.residence == ncclScalarDevice) {
-      p.op = u.op;
-      p.deviceScalar = u.scalarPtr;
-      return p;
-    }
-  }
-  p.op = resolveOp(op.op, op.type, op.fn);
+  p.op = u.op;
+  if (u.residence == ncclScalarDevice) p.deviceScalar = u.scalarPtr;
   return p;
 }
+
+device::ReduceOp Communicator::resolveOp(ncclRedOp_t op, ncclDataType_t type, const char* fn) const {
+  OpDesc::Pinned p = pin(op, type, fn);
+  if (p.deviceScalar) readScalar(p.deviceScalar, type, &p.op);
+  return p.op;
+}
+
+OpDesc::Pinned Communicator::pinOp(const OpDesc& op) const { return pin(op.op, op.type, op.fn); }
 
 device::ReduceOp Communicator::opFor(const OpDesc& op) const {
   if (!op.pinned.set) return resolveOp(op.op, op.type, op.fn);

@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
+#include "device/type_switch.h"
 #include "nccl.h"
 
 namespace strata::device {
@@ -74,23 +76,18 @@ struct Format<Fp8E5M2> {
   static Fp8E5M2 store(float v) { return Fp8E5M2{floatToFp8E5M2(v)}; }
 };
 
+// The CPU's storage types.
+struct HostTypes {
+  using Half = _Float16;
+  using BFloat16 = Bf16;
+  using Fp8E4M3 = device::Fp8E4M3;
+  using Fp8E5M2 = device::Fp8E5M2;
+};
+
 // Calls f(T{}) with the storage type of `type`.
 template <typename F>
 decltype(auto) withType(ncclDataType_t type, F&& f) {
-  switch (type) {
-    case ncclInt8: return f(int8_t{});
-    case ncclUint8: return f(uint8_t{});
-    case ncclInt32: return f(int32_t{});
-    case ncclUint32: return f(uint32_t{});
-    case ncclInt64: return f(int64_t{});
-    case ncclUint64: return f(uint64_t{});
-    case ncclFloat16: return f(_Float16{});
-    case ncclFloat32: return f(float{});
-    case ncclFloat64: return f(double{});
-    case ncclBfloat16: return f(Bf16{});
-    case ncclFloat8e4m3: return f(Fp8E4M3{});
-    default: return f(Fp8E5M2{});
-  }
+  return switchType<HostTypes>(type, std::forward<F>(f));
 }
 
 }  // namespace strata::device

@@ -11,7 +11,6 @@ namespace {
 // No GPU at all: a build without CUDA. Nothing is device memory, so nothing else is called.
 class NoGpus final : public GpuBackend {
  public:
-  const char* name() const override { return "none"; }
   int count() override { return 0; }
   std::string unavailableReason() override { return "this build has no CUDA (configure with nvcc on the PATH)"; }
   bool isDevicePointer(const void*, int*) override { return false; }
@@ -64,8 +63,6 @@ GpuBackend& backend() {
 
 }  // namespace
 
-bool gpuBuild() { return cudaGpus() != nullptr; }
-const char* gpuBackendName() { return backend().name(); }
 int gpuCount() { return backend().count(); }
 std::string gpuUnavailableReason() { return backend().unavailableReason(); }
 bool isDevicePointer(const void* p, int* device) { return p && backend().isDevicePointer(p, device); }

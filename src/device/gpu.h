@@ -12,10 +12,6 @@
 
 namespace strata::device {
 
-// True when this build has the CUDA path.
-bool gpuBuild();
-// "cuda", "simulated" (STRATA_GPU_SIM) or "none".
-const char* gpuBackendName();
 // GPUs visible to this process; 0 without a driver or a device (never throws).
 int gpuCount();
 // Why gpuCount() is 0 ("built without CUDA", "no CUDA driver", ...); empty when it is not.

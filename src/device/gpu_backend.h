@@ -15,7 +15,6 @@ namespace strata::device {
 class GpuBackend {
  public:
   virtual ~GpuBackend() = default;
-  virtual const char* name() const = 0;
   virtual int count() = 0;
   virtual std::string unavailableReason() = 0;
   virtual bool isDevicePointer(const void* p, int* device) = 0;

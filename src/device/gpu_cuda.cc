@@ -37,7 +37,6 @@ class CudaGpus final : public GpuBackend {
       why_ = "no GPU is visible (CUDA_VISIBLE_DEVICES?)";
     }
   }
-  const char* name() const override { return "cuda"; }
   int count() override { return count_; }
   std::string unavailableReason() override { return why_; }
   bool isDevicePointer(const void* p, int* device) override {

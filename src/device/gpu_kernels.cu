@@ -9,9 +9,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "device/combine.h"
 #include "device/gpu_kernels.h"
+#include "device/type_switch.h"
 
 namespace strata::device::cuda {
 namespace {
@@ -154,22 +156,17 @@ void launch(void* dst, const void* const* inputs, int n, size_t count, const Red
   checkCuda(cudaGetLastError(), "reduce kernel launch");
 }
 
+// The kernels' storage types.
+struct CudaTypes {
+  using Half = __half;
+  using BFloat16 = __nv_bfloat16;
+  using Fp8E4M3 = __nv_fp8_e4m3;
+  using Fp8E5M2 = __nv_fp8_e5m2;
+};
+
 template <typename F>
 void withDevType(ncclDataType_t type, F&& f) {
-  switch (type) {
-    case ncclInt8: return f(int8_t{});
-    case ncclUint8: return f(uint8_t{});
-    case ncclInt32: return f(int32_t{});
-    case ncclUint32: return f(uint32_t{});
-    case ncclInt64: return f(int64_t{});
-    case ncclUint64: return f(uint64_t{});
-    case ncclFloat16: return f(__half{});
-    case ncclFloat32: return f(float{});
-    case ncclFloat64: return f(double{});
-    case ncclBfloat16: return f(__nv_bfloat16{});
-    case ncclFloat8e4m3: return f(__nv_fp8_e4m3{});
-    default: return f(__nv_fp8_e5m2{});
-  }
+  switchType<CudaTypes>(type, std::forward<F>(f));
 }
 
 size_t elementSize(ncclDataType_t type) {

@@ -139,7 +139,6 @@ void arenaRelease(void* at, size_t bytes) {
 class SimGpus final : public GpuBackend {
  public:
   explicit SimGpus(int n) : n_(n) {}
-  const char* name() const override { return "simulated"; }
   int count() override { return n_; }
   std::string unavailableReason() override { return ""; }
   bool isDevicePointer(const void* p, int* device) override {

@@ -60,7 +60,6 @@ class System {
   static System fromXml(const XmlElement& root, const std::string& source);
 
   const XmlElement& xml() const { return xml_; }
-  XmlElement& xml() { return xml_; }
   const std::vector<Node>& nodes() const { return nodes_; }
   const Node& node(int i) const { return nodes_[i]; }
   std::vector<int> ofType(NodeType t) const;
