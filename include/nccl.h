@@ -16,10 +16,33 @@
 #ifndef NCCL_H_
 #define NCCL_H_
 
-#if defined(__CUDACC__) || defined(STRATA_WITH_CUDA_TYPES)
+/*
+ * The CUDA types, as NVIDIA's header includes them: clients rely on getting
+ * cudaStream_t, half (cuda_fp16.h), __nv_bfloat16 (cuda_bf16.h, CUDA >= 11) and,
+ * in C++ with CUDA >= 11.8, the fp8 types (cuda_fp8.h) from nccl.h. Included
+ * whenever the CUDA headers are on the include path, in C and C++, with or
+ * without nvcc. Without them (or with STRATA_NCCL_NO_CUDA_HEADERS, which
+ * Strata's own sources use to keep CUDA out of the layers above src/device), a
+ * stream is the same opaque pointer type CUDA declares, so the ABI is the same.
+ */
+#if defined(__CUDACC__)
+#define STRATA_NCCL_CUDA_HEADERS 1
+#elif !defined(STRATA_NCCL_NO_CUDA_HEADERS) && defined(__has_include)
+#if __has_include(<cuda_runtime.h>)
+#define STRATA_NCCL_CUDA_HEADERS 1
+#endif
+#endif
+
+#ifdef STRATA_NCCL_CUDA_HEADERS
 #include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#if CUDART_VERSION >= 11000
+#include <cuda_bf16.h>
+#endif
+#if __cplusplus && CUDART_VERSION >= 11080
+#include <cuda_fp8.h>
+#endif
 #else
-/* Without CUDA, a stream is an opaque pointer, as cudaStream_t is. */
 typedef struct CUstream_st* cudaStream_t;
 #endif
 
