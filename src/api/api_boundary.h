@@ -14,6 +14,9 @@ namespace strata::api {
 
 // Stores the text ncclGetLastError returns (per thread) and logs it as a warning.
 void recordError(ncclResult_t code, const std::string& message);
+// Sets the text ncclGetLastError returns without failing the call (an asynchronous
+// error reported by ncclCommGetAsyncError).
+void noteLastError(const std::string& message);
 
 template <typename F>
 ncclResult_t guarded(F&& body) {

@@ -18,7 +18,8 @@ ncclResult_t submit(ncclComm_t comm, OpDesc op, cudaStream_t stream) {
   op.stream = stream;
   return api::guarded([&] {
     try {
-      core::validateOp(core::ready(comm, op.fn), op);
+      core::CommUse use(comm, op.fn);
+      core::validateOp(use.ready(op.fn), op);
       core::group::enqueue(comm, op);
     } catch (const Error& e) {
       core::group::markFailed(e.code(), e.what());
@@ -129,7 +130,8 @@ STRATA_API ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
 STRATA_API ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
                                                   ncclScalarResidence_t residence, ncclComm_t comm) {
   return api::guarded([&] {
-    core::Communicator& c = core::ready(comm, "ncclRedOpCreatePreMulSum");
+    core::CommUse use(comm, "ncclRedOpCreatePreMulSum");
+    core::Communicator& c = use.ready("ncclRedOpCreatePreMulSum");
     STRATA_REQUIRE(op, ncclInvalidArgument, "ncclRedOpCreatePreMulSum: op is NULL");
     STRATA_REQUIRE(scalar, ncclInvalidArgument, "ncclRedOpCreatePreMulSum: scalar is NULL");
     int type = core::rawEnum(datatype), where = core::rawEnum(residence);
@@ -142,7 +144,10 @@ STRATA_API ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar,
 }
 
 STRATA_API ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
-  return api::guarded([&] { core::ready(comm, "ncclRedOpDestroy", true).destroyRedOp(op); });
+  return api::guarded([&] {
+    core::CommUse use(comm, "ncclRedOpDestroy");
+    use.ready("ncclRedOpDestroy", true).destroyRedOp(op);
+  });
 }
 
 STRATA_ALIAS(ncclAllReduce)

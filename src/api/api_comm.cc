@@ -80,11 +80,11 @@ ncclResult_t initRank(ncclComm_t* out, int nranks, const ncclUniqueId* ids, int 
     opts.device = device::currentDevice();  // as NCCL: the GPU current at init (-1 without one)
     ncclComm* h = core::newHandle(rank, nranks, opts);
     ncclResult_t r = launchInit(h, [h, layouts, nranks, rank] {
-      return core::Communicator::fromRoot(layouts, nranks, rank, h->opts, &h->abortFlag);
+      return core::Communicator::fromRoot(layouts, nranks, rank, h->opts, &h->abortedBy);
     });
     if (r != ncclSuccess && r != ncclInProgress) {
       std::string msg = h->initError;
-      core::deleteHandle(h);
+      core::discardHandle(h);
       fail(r, "%s", msg.c_str());
     }
     *out = h;
@@ -134,7 +134,7 @@ STRATA_API ncclResult_t pncclCommInitAll(ncclComm_t* comms, int ndev, const int*
     for (int i = 0; i < ndev; ++i) {
       ncclComm* h = handles[i];
       threads.emplace_back([h, layouts, ndev, i] {
-        core::runInit(h, [&] { return core::Communicator::fromRoot(layouts, ndev, i, h->opts, &h->abortFlag); });
+        core::runInit(h, [&] { return core::Communicator::fromRoot(layouts, ndev, i, h->opts, &h->abortedBy); });
       });
     }
     for (std::thread& t : threads) t.join();
@@ -142,7 +142,7 @@ STRATA_API ncclResult_t pncclCommInitAll(ncclComm_t* comms, int ndev, const int*
       if (h->initState.load() == ncclSuccess) continue;
       ncclResult_t code = h->initState.load();
       std::string msg = h->initError;
-      for (ncclComm* g : handles) core::deleteHandle(g);
+      for (ncclComm* g : handles) core::discardHandle(g);
       fail(code, "ncclCommInitAll: %s", msg.c_str());
     }
     for (int i = 0; i < ndev; ++i) comms[i] = handles[i];
@@ -152,7 +152,8 @@ STRATA_API ncclResult_t pncclCommInitAll(ncclComm_t* comms, int ndev, const int*
 STRATA_API ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                                        ncclConfig_t* config) {
   return api::guarded([&]() -> ncclResult_t {
-    core::Communicator& parent = core::ready(comm, "ncclCommSplit", true);
+    core::CommUse use(comm, "ncclCommSplit");
+    core::Communicator& parent = use.ready("ncclCommSplit", true);
     STRATA_REQUIRE(newcomm, ncclInvalidArgument, "ncclCommSplit: newcomm is NULL");
     STRATA_REQUIRE(color >= 0 || color == NCCL_SPLIT_NOCOLOR, ncclInvalidArgument,
                    "ncclCommSplit: rank %d: color %d is negative (use NCCL_SPLIT_NOCOLOR to opt out)", parent.rank(),
@@ -161,7 +162,11 @@ STRATA_API ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, nccl
     CommOptions opts = parseConfig(config, "ncclCommSplit", parent.options());
     // Everyone takes part in the exchange; ranks with NCCL_SPLIT_NOCOLOR get no communicator.
     ncclComm* h = color == NCCL_SPLIT_NOCOLOR ? nullptr : core::newHandle(-1, -1, opts);
-    auto job = [&parent, h, color, key, opts]() -> std::unique_ptr<core::Communicator> {
+    // The job may run later (nonblocking, or at the group end): it takes its own use
+    // of the parent, so an abort of the parent stops it and waits for it.
+    auto job = [comm, h, color, key, opts]() -> std::unique_ptr<core::Communicator> {
+      core::CommUse parentUse(comm, "ncclCommSplit");
+      core::Communicator& parent = parentUse.ready("ncclCommSplit", true);
       int pair[2] = {color, key};
       auto all = parent.bootstrap().allGather(std::string(reinterpret_cast<const char*>(pair), sizeof(pair)));
       uint64_t seq = parent.nextChildSeq();
@@ -183,7 +188,8 @@ STRATA_API ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, nccl
       uint64_t magic = hashBytes(salt, sizeof(salt), 0x5b1175b1175ull);
       h->rank = me;
       h->nranks = static_cast<int>(members.size());
-      return core::Communicator::fromParent(magic, me, std::move(addrs), opts);
+      return core::Communicator::fromParent(magic, me, std::move(addrs), opts, &h->abortedBy,
+                                            [comm] { core::throwIfAborted(comm); });
     };
     if (!h) {  // NCCL_SPLIT_NOCOLOR: take part in the exchange, get no communicator
       if (core::group::active())
@@ -195,7 +201,7 @@ STRATA_API ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, nccl
     ncclResult_t r = launchInit(h, job);
     if (r != ncclSuccess && r != ncclInProgress) {
       std::string msg = h->initError;
-      core::deleteHandle(h);
+      core::discardHandle(h);
       fail(r, "ncclCommSplit: %s", msg.c_str());
     }
     *newcomm = h;
@@ -206,7 +212,8 @@ STRATA_API ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, nccl
 STRATA_API ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
                                         ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
   return api::guarded([&]() -> ncclResult_t {
-    core::Communicator& parent = core::ready(comm, "ncclCommShrink", true);
+    core::CommUse use(comm, "ncclCommShrink");
+    core::Communicator& parent = use.ready("ncclCommShrink", true);
     STRATA_REQUIRE(newcomm, ncclInvalidArgument, "ncclCommShrink: newcomm is NULL");
     STRATA_REQUIRE(shrinkFlags == NCCL_SHRINK_DEFAULT || shrinkFlags == NCCL_SHRINK_ABORT, ncclInvalidArgument,
                    "ncclCommShrink: unknown shrinkFlags 0x%x", shrinkFlags);
@@ -224,10 +231,8 @@ STRATA_API ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, 
     STRATA_REQUIRE(static_cast<int>(excluded.size()) < parent.nranks(), ncclInvalidArgument,
                    "ncclCommShrink: every rank is excluded");
     *newcomm = nullptr;
-    if (shrinkFlags == NCCL_SHRINK_ABORT) {  // stop whatever still runs on the parent
-      parent.requestAbort();
-      parent.abortConnections();
-    }
+    if (shrinkFlags == NCCL_SHRINK_ABORT)  // stop whatever still runs on the parent
+      parent.stop("ncclCommShrink with NCCL_SHRINK_ABORT was called while the call ran");
     CommOptions opts = parseConfig(config, "ncclCommShrink", parent.options());
     std::vector<SockAddr> addrs;
     int me = -1;
@@ -240,12 +245,12 @@ STRATA_API ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, 
     for (int r : excluded) salt.push_back(static_cast<uint64_t>(r));
     uint64_t magic = hashBytes(salt.data(), salt.size() * sizeof(uint64_t));
     ncclComm* h = core::newHandle(me, static_cast<int>(addrs.size()), opts);
-    ncclResult_t r = launchInit(h, [magic, me, addrs, opts] {
-      return core::Communicator::fromParent(magic, me, addrs, opts);
+    ncclResult_t r = launchInit(h, [h, magic, me, addrs, opts] {
+      return core::Communicator::fromParent(magic, me, addrs, opts, &h->abortedBy);
     });
     if (r != ncclSuccess && r != ncclInProgress) {
       std::string msg = h->initError;
-      core::deleteHandle(h);
+      core::discardHandle(h);
       fail(r, "ncclCommShrink: %s", msg.c_str());
     }
     *newcomm = h;
@@ -255,54 +260,46 @@ STRATA_API ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, 
 
 // Host operations finish before their call returns; device operations are waited for.
 STRATA_API ncclResult_t pncclCommFinalize(ncclComm_t comm) {
-  return api::guarded([&] { core::device_path::drain(core::ready(comm, "ncclCommFinalize", true)); });
+  return api::guarded([&] { core::finalizeHandle(comm); });
 }
 
 STRATA_API ncclResult_t pncclCommDestroy(ncclComm_t comm) {
   return api::guarded([&] {
-    if (!comm) return;  // as NCCL: destroying NULL is a no-op
-    core::checkHandle(comm, "ncclCommDestroy");
-    core::deleteHandle(comm);
+    if (comm) core::destroyHandle(comm);  // as NCCL: destroying NULL is a no-op
   });
 }
 
 STRATA_API ncclResult_t pncclCommAbort(ncclComm_t comm) {
   return api::guarded([&] {
-    if (!comm) return;
-    core::checkHandle(comm, "ncclCommAbort");
-    comm->abortFlag.store(true);  // stops an init still waiting in the bootstrap
-    core::joinInit(comm);
-    if (comm->impl) {
-      comm->impl->requestAbort();
-      comm->impl->abortConnections();
-    }
-    core::deleteHandle(comm);
+    if (comm) core::abortHandle(comm);
   });
 }
 
 STRATA_API ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
   return api::guarded([&] {
-    core::Communicator& c = core::ready(comm, "ncclCommRevoke", true);
+    core::CommUse use(comm, "ncclCommRevoke");
+    core::Communicator& c = use.ready("ncclCommRevoke", true);
     STRATA_REQUIRE(revokeFlags == NCCL_REVOKE_DEFAULT, ncclInvalidArgument,
                    "ncclCommRevoke: revokeFlags must be NCCL_REVOKE_DEFAULT (0), got 0x%x", revokeFlags);
     c.revoke();
-    c.requestAbort();
-    c.abortConnections();
+    c.stop("ncclCommRevoke was called while the call ran");
   });
 }
 
 STRATA_API ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   return api::guarded([&] {
-    core::checkHandle(comm, "ncclCommGetAsyncError");
+    core::CommUse use(comm, "ncclCommGetAsyncError");
     STRATA_REQUIRE(asyncError, ncclInvalidArgument, "ncclCommGetAsyncError: asyncError is NULL");
     ncclResult_t st = comm->initState.load();
     *asyncError = st != ncclSuccess ? st : comm->impl->asyncError();
+    if (st != ncclSuccess && st != ncclInProgress) api::noteLastError(comm->initError);
   });
 }
 
 STRATA_API ncclResult_t pncclCommCount(const ncclComm_t comm, int* count) {
   return api::guarded([&] {
-    core::Communicator& c = core::ready(comm, "ncclCommCount", true);
+    core::CommUse use(comm, "ncclCommCount");
+    core::Communicator& c = use.ready("ncclCommCount", true);
     STRATA_REQUIRE(count, ncclInvalidArgument, "ncclCommCount: count is NULL");
     *count = c.nranks();
   });
@@ -312,7 +309,8 @@ STRATA_API ncclResult_t pncclCommCount(const ncclComm_t comm, int* count) {
 // -1 for a communicator made where no GPU is visible.
 STRATA_API ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int* device) {
   return api::guarded([&] {
-    core::Communicator& c = core::ready(comm, "ncclCommCuDevice", true);
+    core::CommUse use(comm, "ncclCommCuDevice");
+    core::Communicator& c = use.ready("ncclCommCuDevice", true);
     STRATA_REQUIRE(device, ncclInvalidArgument, "ncclCommCuDevice: device is NULL");
     *device = c.device();
   });
@@ -320,7 +318,8 @@ STRATA_API ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int* device) {
 
 STRATA_API ncclResult_t pncclCommUserRank(const ncclComm_t comm, int* rank) {
   return api::guarded([&] {
-    core::Communicator& c = core::ready(comm, "ncclCommUserRank", true);
+    core::CommUse use(comm, "ncclCommUserRank");
+    core::Communicator& c = use.ready("ncclCommUserRank", true);
     STRATA_REQUIRE(rank, ncclInvalidArgument, "ncclCommUserRank: rank is NULL");
     *rank = c.rank();
   });

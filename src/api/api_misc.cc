@@ -53,6 +53,8 @@ void removeRegistration(const ncclComm* comm, void* handle, const char* fn) {
 
 }  // namespace
 
+void noteLastError(const std::string& message) { tLastError = message; }
+
 void recordError(ncclResult_t code, const std::string& message) {
   tLastError = message;
   STRATA_WARN(-1, "%s (%s)", message.c_str(), pncclGetErrorString(code));
@@ -128,7 +130,8 @@ STRATA_API ncclResult_t pncclMemFree(void* ptr) {
 
 STRATA_API ncclResult_t pncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
   return api::guarded([&] {
-    core::ready(comm, "ncclCommRegister");
+    core::CommUse use(comm, "ncclCommRegister");
+    use.ready("ncclCommRegister");
     STRATA_REQUIRE(handle, ncclInvalidArgument, "ncclCommRegister: handle is NULL");
     STRATA_REQUIRE(buff || size == 0, ncclInvalidArgument, "ncclCommRegister: buff is NULL with size %zu", size);
     *handle = api::addRegistration(comm, buff, size);
@@ -137,7 +140,7 @@ STRATA_API ncclResult_t pncclCommRegister(const ncclComm_t comm, void* buff, siz
 
 STRATA_API ncclResult_t pncclCommDeregister(const ncclComm_t comm, void* handle) {
   return api::guarded([&] {
-    core::checkHandle(comm, "ncclCommDeregister");
+    core::CommUse use(comm, "ncclCommDeregister");
     api::removeRegistration(comm, handle, "ncclCommDeregister");
   });
 }
@@ -145,7 +148,8 @@ STRATA_API ncclResult_t pncclCommDeregister(const ncclComm_t comm, void* handle)
 STRATA_API ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
                                                 int winFlags) {
   return api::guarded([&] {
-    core::ready(comm, "ncclCommWindowRegister");
+    core::CommUse use(comm, "ncclCommWindowRegister");
+    use.ready("ncclCommWindowRegister");
     STRATA_REQUIRE(win, ncclInvalidArgument, "ncclCommWindowRegister: win is NULL");
     STRATA_REQUIRE(winFlags == NCCL_WIN_DEFAULT || winFlags == NCCL_WIN_COLL_SYMMETRIC, ncclInvalidArgument,
                    "ncclCommWindowRegister: unknown winFlags 0x%x", winFlags);
@@ -157,7 +161,7 @@ STRATA_API ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, siz
 
 STRATA_API ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
   return api::guarded([&] {
-    core::checkHandle(comm, "ncclCommWindowDeregister");
+    core::CommUse use(comm, "ncclCommWindowDeregister");
     api::removeRegistration(comm, win, "ncclCommWindowDeregister");
   });
 }

@@ -207,6 +207,17 @@ std::vector<PeerInfo> rendezvous(const std::vector<UniqueIdLayout>& ids, int nra
 Bootstrap::Bootstrap(uint64_t magic, int rank, std::vector<SockAddr> addrs, WaitCheck check)
     : magic_(magic), rank_(rank), addrs_(std::move(addrs)), check_(std::move(check)) {}
 
+WaitCheck Bootstrap::waitCheck() const {
+  if (!stopEpoch_) return check_;
+  uint64_t start = stopEpoch_->load();
+  return [this, start] {
+    if (check_) check_();
+    if (stopEpoch_->load() != start)
+      fail(ncclInvalidUsage, "rank %d: the communicator was stopped while it waited for its peers: %s", rank_,
+           stopWhy_().c_str());
+  };
+}
+
 void Bootstrap::send(int peer, MsgKind kind, uint64_t seq, const std::string& payload) {
   try {
     PostOffice::instance().send(addrs_[peer], MsgKey{magic_, kind, rank_, peer, seq}, payload,
@@ -216,9 +227,15 @@ void Bootstrap::send(int peer, MsgKind kind, uint64_t seq, const std::string& pa
   }
 }
 
-std::string Bootstrap::recv(int peer, MsgKind kind, uint64_t seq) {
+std::string Bootstrap::recv(int peer, MsgKind kind, uint64_t seq, const WaitCheck& extra) {
   try {
-    return PostOffice::instance().receive(MsgKey{magic_, kind, peer, rank_, seq}, Deadline(config().timeoutSec), check_);
+    WaitCheck check = waitCheck();
+    WaitCheck both = [&] {
+      if (check) check();
+      extra();
+    };
+    return PostOffice::instance().receive(MsgKey{magic_, kind, peer, rank_, seq}, Deadline(config().timeoutSec),
+                                          extra ? both : check);
   } catch (const Error& e) {
     if (e.code() != ncclSystemError || strcmp(e.what(), "timed out") != 0) throw;
     fail(ncclSystemError, "rank %d: rank %d did not answer a bootstrap exchange within %.0f s (STRATA_TIMEOUT)",
@@ -239,9 +256,10 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
   Deadline deadline(config().timeoutSec);
   std::vector<bool> arrived(n, false);
   arrived[0] = true;
+  WaitCheck check = waitCheck();
   for (int r = 1; r < n; ++r) {
     try {
-      all[r] = PostOffice::instance().receive(MsgKey{magic_, MsgKind::kGather, r, 0, seq}, deadline, check_);
+      all[r] = PostOffice::instance().receive(MsgKey{magic_, MsgKind::kGather, r, 0, seq}, deadline, check);
       arrived[r] = true;
     } catch (const Error& e) {
       if (strcmp(e.what(), "timed out") != 0) throw;

@@ -3,7 +3,9 @@
 // and all-gathers through the ranks' post offices.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,16 +43,28 @@ class Bootstrap {
   uint64_t magic() const { return magic_; }
 
   void send(int peer, MsgKind kind, uint64_t seq, const std::string& payload);
-  std::string recv(int peer, MsgKind kind, uint64_t seq);
+  // `extra` is consulted too while waiting (a stopped communicator opens no links).
+  std::string recv(int peer, MsgKind kind, uint64_t seq, const WaitCheck& extra = {});
   // Every rank's blob, by rank. Collective: all ranks call it in the same order.
   std::vector<std::string> allGather(const std::string& mine);
   void barrier() { allGather(std::string()); }
+  // Replaces what waits consult (a child drops its parent's abort check after init).
+  void setCheck(WaitCheck check) { check_ = std::move(check); }
+  // A wait fails once `epoch` moves past the value it had when the wait began (the
+  // communicator was stopped: abort, revoke); `why` says by what.
+  void setStopSignal(const std::atomic<uint64_t>* epoch, std::function<std::string()> why) {
+    stopEpoch_ = epoch;
+    stopWhy_ = std::move(why);
+  }
 
  private:
   uint64_t magic_;
   int rank_;
   std::vector<SockAddr> addrs_;
+  WaitCheck waitCheck() const;  // check_ plus the stop signal, for one wait
   WaitCheck check_;
+  const std::atomic<uint64_t>* stopEpoch_ = nullptr;
+  std::function<std::string()> stopWhy_;
   uint64_t collectiveSeq_ = 0;
 };
 

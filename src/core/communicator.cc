@@ -37,6 +37,15 @@ void copyString(char* dst, size_t cap, const std::string& s) {
   dst[n] = '\0';
 }
 
+// Ends a bootstrap wait once the handle is aborted (during init, or a split later).
+WaitCheck abortCheck(const AbortSignal* aborted, int rank) {
+  return [aborted, rank] {
+    if (const char* by = aborted ? aborted->load() : nullptr)
+      fail(ncclInvalidUsage, "rank %d: the communicator was stopped while it initialised: %s was called on another thread",
+           rank, by);
+  };
+}
+
 }  // namespace
 
 PeerInfo Communicator::describeSelf(int rank, const CommOptions& opts, std::shared_ptr<Doorbell>* bell) {
@@ -75,25 +84,29 @@ PeerInfo Communicator::describeSelf(int rank, const CommOptions& opts, std::shar
 }
 
 std::unique_ptr<Communicator> Communicator::fromRoot(const std::vector<UniqueIdLayout>& ids, int nranks, int rank,
-                                                     const CommOptions& opts, const std::atomic<bool>* abortFlag) {
+                                                     const CommOptions& opts, const AbortSignal* aborted) {
   std::unique_ptr<Communicator> comm(new Communicator());
   PeerInfo self = describeSelf(rank, opts, &comm->bell_);
   std::vector<PeerInfo> peers = rendezvous(ids, nranks, self);
   std::vector<SockAddr> addrs;
   for (const PeerInfo& p : peers) addrs.push_back(p.listenAddr);
-  WaitCheck check = [abortFlag, rank] {
-    STRATA_REQUIRE(!abortFlag || !abortFlag->load(), ncclInvalidUsage, "rank %d: communicator aborted during init",
-                   rank);
-  };
+  WaitCheck check = abortCheck(aborted, rank);
   comm->setup(std::move(peers), std::make_unique<Bootstrap>(ids[0].magic, rank, std::move(addrs), check), opts);
+  comm->bootstrap_->setCheck({});  // from now on stop() ends its waits, with the reason
   return comm;
 }
 
 std::unique_ptr<Communicator> Communicator::fromParent(uint64_t magic, int rank, std::vector<SockAddr> addrs,
-                                                       const CommOptions& opts) {
+                                                       const CommOptions& opts, const AbortSignal* aborted,
+                                                       WaitCheck parentCheck) {
   std::unique_ptr<Communicator> comm(new Communicator());
   PeerInfo self = describeSelf(rank, opts, &comm->bell_);
-  auto bootstrap = std::make_unique<Bootstrap>(magic, rank, std::move(addrs));
+  WaitCheck own = abortCheck(aborted, rank);
+  WaitCheck during = [own = std::move(own), parentCheck] {
+    own();
+    if (parentCheck) parentCheck();
+  };
+  auto bootstrap = std::make_unique<Bootstrap>(magic, rank, std::move(addrs), during);
   std::string mine(reinterpret_cast<const char*>(&self), sizeof(self));
   std::vector<PeerInfo> peers;
   for (const std::string& blob : bootstrap->allGather(mine)) {
@@ -103,6 +116,7 @@ std::unique_ptr<Communicator> Communicator::fromParent(uint64_t magic, int rank,
     peers.push_back(p);
   }
   comm->setup(std::move(peers), std::move(bootstrap), opts);
+  comm->bootstrap_->setCheck({});  // from now on stop() ends its waits; the parent may go away
   return comm;
 }
 
@@ -110,6 +124,7 @@ void Communicator::setup(std::vector<PeerInfo> peers, std::unique_ptr<Bootstrap>
   const Config& cfg = config();
   peers_ = std::move(peers);
   bootstrap_ = std::move(bootstrap);
+  bootstrap_->setStopSignal(&stopEpoch_, [this] { return stopReason(); });
   opts_ = opts;
   rank_ = bootstrap_->rank();
   slots_ = std::min(cfg.slots, 64);
@@ -253,7 +268,7 @@ void Communicator::connect(const std::vector<std::pair<int, uint64_t>>& recvFrom
                  t.name());
   }
   for (auto [peer, id] : sendTo) {
-    std::string msg = bootstrap_->recv(peer, MsgKind::kConnect, id);
+    std::string msg = bootstrap_->recv(peer, MsgKind::kConnect, id, [this] { failIfStopped(); });
     size_t zero = msg.find('\0');
     STRATA_REQUIRE(zero != std::string::npos, ncclInternalError, "rank %d: malformed connection handle", rank_);
     std::string name = msg.substr(0, zero);
@@ -351,7 +366,7 @@ void Communicator::connectMesh() {
     ll_.staging.assign(nranks() * kLlWordsPerSlot * 4, 0);
     for (auto [p, id] : everyPeer(kLlRegion)) {
       transport::ConnectRequest req{&peers_[rank_], &peers_[p], 0, 0};
-      std::string handle = bootstrap_->recv(p, MsgKind::kConnect, id);
+      std::string handle = bootstrap_->recv(p, MsgKind::kConnect, id, [this] { failIfStopped(); });
       llRegions_.push_back(transport::selectTransport(peers_[rank_], peers_[p]).attachRegion(req, handle));
       ll_.out[p] = static_cast<uint64_t*>(llRegions_.back().data);
       ll_.outBells[p] = llRegions_.back().peerBell.get();
@@ -416,6 +431,27 @@ void Communicator::abortConnections() {
     if (c) c->abort();
   for (auto& c : meshRecv_)
     if (c) c->abort();
+}
+
+void Communicator::stop(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(stopMutex_);
+    if (stopReason_.empty()) stopReason_ = why;
+  }
+  abortRequested_.store(true);
+  stopEpoch_.fetch_add(1);
+  abortConnections();
+  if (bell_) bell_->ring();  // a rank asleep in a collective wakes and sees the request
+}
+
+void Communicator::failIfStopped() const {
+  if (abortRequested_.load())
+    fail(ncclInvalidUsage, "rank %d: the communicator was stopped: %s", rank_, stopReason().c_str());
+}
+
+std::string Communicator::stopReason() const {
+  std::lock_guard<std::mutex> lock(stopMutex_);
+  return stopReason_;
 }
 
 Communicator::~Communicator() {

@@ -40,6 +40,10 @@ constexpr uint64_t kHierAgLink = 6ull << 32;  // and all-gather half
 constexpr uint64_t kRailLink = 7ull << 32;    // and the ring across nodes among equal local ranks
 constexpr uint64_t kLeaderLink = 8ull << 32;  // between the first ranks of the nodes (the Leaders algorithm)
 
+// Set to the name of the lifetime call (ncclCommAbort, ...) that stops a handle;
+// null while it lives. Waits during init consult it.
+using AbortSignal = std::atomic<const char*>;
+
 // Options that come from ncclConfig_t and the call that creates the communicator.
 struct CommOptions {
   bool blocking = true;
@@ -58,11 +62,13 @@ class Communicator {
  public:
   // A new communicator from the unique id(s), after the root rendezvous.
   static std::unique_ptr<Communicator> fromRoot(const std::vector<UniqueIdLayout>& ids, int nranks, int rank,
-                                                const CommOptions& opts, const std::atomic<bool>* abortFlag);
+                                                const CommOptions& opts, const AbortSignal* aborted);
   // A child of an existing communicator (split, shrink): members reached
   // through the listener addresses the parent already knows.
+  // `parentCheck` is consulted only while the child initialises (the parent's abort).
   static std::unique_ptr<Communicator> fromParent(uint64_t magic, int rank, std::vector<SockAddr> addrs,
-                                                  const CommOptions& opts);
+                                                  const CommOptions& opts, const AbortSignal* aborted,
+                                                  WaitCheck parentCheck = {});
   ~Communicator();
 
   int rank() const { return rank_; }
@@ -153,8 +159,14 @@ class Communicator {
   bool sendsFlushed();
   // Stops in-flight work here and tells every connected peer to stop too.
   void abortConnections();
-  void requestAbort() { abortRequested_.store(true); }
+  // Stops every call running on this communicator, on any thread: waits end,
+  // connections are aborted, sleepers are woken; `why` is what the calls report.
+  void stop(const std::string& why);
   bool abortRequested() const { return abortRequested_.load(); }
+  // Why stop() was called ("" before).
+  std::string stopReason() const;
+  // Throws, with the reason, once stop() was called: no new data-path work starts then.
+  void failIfStopped() const;
   void revoke() { revoked_.store(true); }
   bool revoked() const { return revoked_.load(); }
   // Sequence numbers that make children's magics unique and agreed by all ranks.
@@ -218,6 +230,9 @@ class Communicator {
   std::vector<UserOp> userOps_;
   std::atomic<ncclResult_t> asyncError_{ncclSuccess};
   std::atomic<bool> abortRequested_{false};
+  mutable std::mutex stopMutex_;
+  std::string stopReason_;
+  std::atomic<uint64_t> stopEpoch_{0};  // moves at every stop(): bootstrap waits under way end
   std::atomic<bool> revoked_{false};
   uint64_t childSeq_ = 0;
   bool oversubscribed_ = false;

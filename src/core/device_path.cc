@@ -357,13 +357,13 @@ void enqueue(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
   }
 }
 
-void drain(Communicator& comm) {
+void drain(Communicator& comm, double waitSec) {
   if (!gAnyLane.load()) return;
   std::unique_lock<std::mutex> lock(gMu);
   auto it = gLanes.find(&comm);
   if (it == gLanes.end()) return;
   Lane* l = it->second.get();
-  double timeout = config().timeoutSec;
+  double timeout = waitSec >= 0 ? waitSec : config().timeoutSec;
   bool done = gCv.wait_for(lock, std::chrono::duration<double>(timeout), [&] { return l->unfinished == 0; });
   STRATA_REQUIRE(done, ncclSystemError,
                  "rank %d: %d operation(s) on device buffers did not finish within %.0f s (STRATA_TIMEOUT): is the "
@@ -371,14 +371,14 @@ void drain(Communicator& comm) {
                  comm.rank(), l->unfinished, timeout);
 }
 
-void release(Communicator& comm) {
+void release(Communicator& comm, double waitSec) {
   if (!gAnyLane.load()) return;
   {
     std::lock_guard<std::mutex> lock(gMu);
     if (!gLanes.count(&comm)) return;
   }
   try {
-    drain(comm);
+    drain(comm, waitSec);
   } catch (const Error& e) {
     STRATA_WARN(comm.rank(), "%s; destroying the communicator anyway", e.what());
   }

@@ -24,9 +24,9 @@ bool touchesDevice(const OpDesc& op);
 // ncclInvalidUsage for a stream under CUDA graph capture.
 void enqueue(const std::vector<std::pair<ncclComm*, OpDesc>>& ops);
 // Waits until the communicator's device operations have finished (host side and
-// the copies back), at most STRATA_TIMEOUT.
-void drain(Communicator& comm);
-// At destroy or abort: drains, then stops the communicator's proxy thread.
-void release(Communicator& comm);
+// the copies back), at most `waitSec` (default STRATA_TIMEOUT).
+void drain(Communicator& comm, double waitSec = -1);
+// At destroy or abort: drains (at most `waitSec`), then stops the communicator's proxy thread.
+void release(Communicator& comm, double waitSec);
 
 }  // namespace strata::core::device_path

@@ -41,6 +41,7 @@ void Executor::matchSelfCopies() {
 void Executor::run() {
   if (work_.empty()) return;
   try {
+    for (auto& [comm, w] : work_) comm->failIfStopped();
     matchSelfCopies();
     for (auto& [comm, w] : work_) comm->listenLinks(w.recvLinks);
     for (auto& [comm, w] : work_)
@@ -53,8 +54,8 @@ void Executor::run() {
       lane.comm = std::get<0>(p.lane);
       lane.tasks.push_back(p.make());
     }
-  } catch (const Error& e) {
-    failAll(e.code(), e.what());
+  } catch (const Error& e) {  // opening links: say which call it was for
+    failAll(e.code(), std::string(firstFn_ ? firstFn_ : "ncclGroupEnd") + ": " + e.what());
   }
   progressAll();
 }
@@ -84,6 +85,7 @@ void Executor::progressAll() {
     } else if (idle < spin + yieldLimit) {
       sched_yield();
     } else {
+      checkStopped();  // an abort on another thread rings the bell, and is seen here at once
       {
         Doorbell::Sleep sleep(bell);
         if (sweepOrFail()) {
@@ -132,16 +134,22 @@ bool Executor::sweep() {
   return moved;
 }
 
+void Executor::checkStopped() {
+  for (auto& [key, lane] : lanes_) {
+    if (lane.idle() || !lane.comm->abortRequested()) continue;
+    const Task& t = *lane.tasks[lane.head];
+    failAll(ncclInvalidUsage, format("%s: rank %d: the communicator was aborted: %s", t.fn(), lane.comm->rank(),
+                                     lane.comm->stopReason().c_str()));
+  }
+}
+
 void Executor::checkHealth(double idleSec) {
+  checkStopped();
   for (auto& [key, lane] : lanes_) {
     if (lane.idle()) continue;
     Communicator& comm = *lane.comm;
     const Task& t = *lane.tasks[lane.head];
     int peer = t.waitingOn();
-    if (comm.abortRequested())
-      failAll(ncclInvalidUsage, format("%s: rank %d: the communicator was aborted (ncclCommAbort or ncclCommRevoke) "
-                                       "while the operation ran",
-                                       t.fn(), comm.rank()));
     if (t.peerAborted())
       failAll(ncclRemoteError, format("%s: rank %d: rank %d stopped the operation (it failed, was aborted, or "
                                       "saw another rank fail)",

@@ -58,6 +58,7 @@ class Executor {
   bool sweep();
   bool sweepOrFail();  // sweep(), failing every communicator on a protocol error
   void checkHealth(double idleSec);
+  void checkStopped();  // fails the group when a communicator of it was stopped (abort, revoke)
   [[noreturn]] void failAll(ncclResult_t code, const std::string& msg);
 
   using LaneKey = std::tuple<Communicator*, int, int>;  // (communicator, kind, index)
@@ -70,6 +71,7 @@ class Executor {
   };
   std::vector<Pending> pending_;
   bool allDone_ = false;
+  const char* firstFn_ = nullptr;  // the first operation's API call, for messages
   std::vector<std::unique_ptr<char[]>> scratch_;
 };
 

@@ -34,6 +34,7 @@ bool overlaps(const void* a, const void* b, size_t bytes) {
 
 void Executor::add(Communicator& comm, const OpDesc& op) {
   work_[&comm];  // every communicator of the group takes part, even with nothing to move
+  if (!firstFn_) firstFn_ = op.fn;
   if (op.count == 0) return;
   size_t bytes = op.count * device::dtypeSize(op.type);
   switch (op.kind) {

@@ -1,5 +1,6 @@
 #include "core/group.h"
 
+#include <algorithm>
 #include <thread>
 #include <vector>
 
@@ -39,7 +40,7 @@ void runInits(std::vector<std::pair<ncclComm*, std::function<void()>>>& inits) {
 double estimateUs(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
   double total = 0;
   for (auto& [h, op] : ops) {
-    Communicator& comm = ready(h, "ncclGroupSimulateEnd");
+    Communicator& comm = readyComm(h, "ncclGroupSimulateEnd");
     auto coll = op.kind == OpKind::kCollective ? op.coll : algorithms::Collective::kSendRecv;
     total += comm.choose(coll, opBytes(op, comm.nranks())).estimatedUs;
   }
@@ -51,7 +52,7 @@ double estimateUs(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
 void checkGroup(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
   int blocking = -1;
   for (auto& [h, op] : ops) {
-    Communicator& comm = ready(h, op.fn);
+    Communicator& comm = readyComm(h, op.fn);
     int b = comm.options().blocking ? 1 : 0;
     STRATA_REQUIRE(blocking < 0 || blocking == b, ncclInvalidUsage,
                    "ncclGroupEnd: a group mixes blocking and nonblocking communicators, which NCCL does not allow");
@@ -71,7 +72,7 @@ void runOps(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
     checkGroup(ops);
     return device_path::enqueue(ops);
   }
-  for (auto& [h, op] : ops) device_path::drain(ready(h, op.fn));
+  for (auto& [h, op] : ops) device_path::drain(readyComm(h, op.fn));
   runHostOps(ops);
 }
 
@@ -80,7 +81,7 @@ void runOps(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
 void runHostOps(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
   checkGroup(ops);
   Executor ex;
-  for (auto& [h, op] : ops) ex.add(ready(h, op.fn), op);
+  for (auto& [h, op] : ops) ex.add(readyComm(h, op.fn), op);
   ex.run();
 }
 
@@ -94,10 +95,23 @@ void end(ncclSimInfo_t* sim) {
   if (--tGroup.depth > 0) return;
   GroupState g = std::move(tGroup);
   tGroup = GroupState();
+  // The queued operations' references, dropped whatever happens; and a use of each
+  // communicator while the group runs, so an abort on another thread waits for it.
+  struct Refs {
+    std::vector<ncclComm*> handles;
+    ~Refs() {
+      for (ncclComm* h : handles) releaseHandle(h);
+    }
+  } refs;
+  for (auto& [h, op] : g.ops) refs.handles.push_back(h);
   runInits(g.inits);
   if (g.failed != ncclSuccess)
     fail(g.failed, "ncclGroupEnd: a call in this group failed, so none of its operations ran: %s",
          g.failMessage.c_str());
+  std::vector<CommUse> uses;
+  for (ncclComm* h : refs.handles)
+    if (std::none_of(uses.begin(), uses.end(), [h](const CommUse& u) { return u.handle() == h; }))
+      uses.emplace_back(h, "ncclGroupEnd");
   if (sim) {
     sim->estimatedTime = static_cast<float>(estimateUs(g.ops));
     return;
@@ -109,6 +123,7 @@ void deferInit(ncclComm* h, std::function<void()> job) { tGroup.inits.emplace_ba
 
 void enqueue(ncclComm* h, const OpDesc& op) {
   if (tGroup.depth > 0) {
+    retainHandle(h);
     tGroup.ops.emplace_back(h, op);
     return;
   }

@@ -204,7 +204,9 @@ std::string PostOffice::receive(const MsgKey& key, const Deadline& deadline, con
       check();
       lock.lock();
     }
-    s.arrived.wait_for(lock, std::chrono::milliseconds(deadline.remainingMs(100)));
+    // With a check (abort, a dead peer), look again every 20 ms: an abort on another
+    // thread must end this wait well within 100 ms.
+    s.arrived.wait_for(lock, std::chrono::milliseconds(deadline.remainingMs(check ? 20 : 100)));
   }
 }
 
