@@ -1,14 +1,11 @@
-// The collective operations, by kind, as the planner and tuner see them.
+// The collective operations as the algorithms name them (src/common/collective.h).
 #pragma once
+
+#include "common/collective.h"
 
 namespace strata::algorithms {
 
-enum class Collective {
-  kAllReduce, kAllGather, kReduceScatter, kBroadcast, kReduce,  // ring schedules
-  kAllToAll, kGather, kScatter, kSendRecv,                      // pairwise transfers
-};
-
-// NCCL's names: "AllReduce", "AllGather", ...
-const char* collectiveName(Collective c);
+using strata::Collective;
+using strata::collectiveName;
 
 }  // namespace strata::algorithms

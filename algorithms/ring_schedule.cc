@@ -4,21 +4,6 @@
 
 namespace strata::algorithms {
 
-const char* collectiveName(Collective c) {
-  switch (c) {
-    case Collective::kAllReduce: return "AllReduce";
-    case Collective::kAllGather: return "AllGather";
-    case Collective::kReduceScatter: return "ReduceScatter";
-    case Collective::kBroadcast: return "Broadcast";
-    case Collective::kReduce: return "Reduce";
-    case Collective::kAllToAll: return "AlltoAll";
-    case Collective::kGather: return "Gather";
-    case Collective::kScatter: return "Scatter";
-    case Collective::kSendRecv: return "SendRecv";
-  }
-  return "?";
-}
-
 static size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
 
 RingSchedule::RingSchedule(const RingParams& p) : p_(p) {

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "device/dtypes.h"
+#include "common/dtype.h"
 
 namespace strata::perf {
 namespace {
@@ -53,7 +53,7 @@ bool parseTypes(const char* s, std::vector<ncclDataType_t>* types) {
   types->clear();
   for (int t = 0; t < ncclNumTypes; ++t) {
     auto dt = static_cast<ncclDataType_t>(t);
-    if (strcasecmp(s, "all") == 0 || strcasecmp(s, device::dtypeName(dt)) == 0) types->push_back(dt);
+    if (strcasecmp(s, "all") == 0 || strcasecmp(s, dtypeName(dt)) == 0) types->push_back(dt);
   }
   if (types->empty()) *types = {ncclFloat};
   return strcasecmp(s, "all") == 0 || types->size() == 1;

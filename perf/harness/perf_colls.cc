@@ -26,41 +26,27 @@ size_t perRank(size_t bytes, size_t esize, int n) {
   return count / align * align;
 }
 
-double ringFactor(int n) { return n > 1 ? static_cast<double>(n - 1) / n : 1; }
+}  // namespace
 
-// All-reduce, broadcast, reduce, send/recv: every rank's buffers hold the whole count.
-class WholeBuffer : public PerfColl {
- public:
-  Counts counts(size_t bytes, size_t esize, int) const override {
+Counts PerfColl::counts(size_t bytes, size_t esize, int n) const {
+  if (traits(coll_).wide == Wide::kNone) {
     size_t c = bytes / esize;
     return {c, c, c, c * esize};
   }
-  double algBytes(const Counts& c, size_t esize, int) const override { return static_cast<double>(c.count * esize); }
-  double busFactor(int) const override { return 1; }
-};
+  size_t c = perRank(bytes, esize, n);
+  return {c, sendElements(coll_, c, n), recvElements(coll_, c, n), c * n * esize};
+}
 
-// All-gather, reduce-scatter, all-to-all, gather, scatter: a per-rank count, and one side
-// (or both, for all-to-all) n times larger.
-class SplitBuffer : public PerfColl {
+double PerfColl::algBytes(const Counts& c, size_t esize, int n) const {
+  size_t perRankBytes = c.count * esize;
+  return static_cast<double>(traits(coll_).wide == Wide::kNone ? perRankBytes : perRankBytes * n);
+}
+
+namespace {
+
+class AllReduce final : public PerfColl {
  public:
-  SplitBuffer(bool wideSend, bool wideRecv) : wideSend_(wideSend), wideRecv_(wideRecv) {}
-  Counts counts(size_t bytes, size_t esize, int n) const override {
-    size_t c = perRank(bytes, esize, n);
-    return {c, wideSend_ ? c * n : c, wideRecv_ ? c * n : c, c * n * esize};
-  }
-  double algBytes(const Counts& c, size_t esize, int n) const override {
-    return static_cast<double>(c.count * esize * n);
-  }
-  double busFactor(int n) const override { return ringFactor(n); }
-
- private:
-  bool wideSend_, wideRecv_;
-};
-
-class AllReduce final : public WholeBuffer {
- public:
-  bool hasOp() const override { return true; }
-  double busFactor(int n) const override { return n > 1 ? 2.0 * (n - 1) / n : 1; }
+  AllReduce() : PerfColl(Collective::kAllReduce) {}
   ncclResult_t call(const CallArgs& a) const override {
     return ncclAllReduce(a.send, a.recv, a.count, a.type, a.op, a.comm, static_cast<cudaStream_t>(a.stream));
   }
@@ -73,10 +59,9 @@ class AllReduce final : public WholeBuffer {
   }
 };
 
-class Reduce final : public WholeBuffer {
+class Reduce final : public PerfColl {
  public:
-  bool hasOp() const override { return true; }
-  bool hasRoot() const override { return true; }
+  Reduce() : PerfColl(Collective::kReduce) {}
   ncclResult_t call(const CallArgs& a) const override {
     return ncclReduce(a.send, a.recv, a.count, a.type, a.op, a.root, a.comm, static_cast<cudaStream_t>(a.stream));
   }
@@ -90,14 +75,12 @@ class Reduce final : public WholeBuffer {
   }
 };
 
-class ReduceScatter final : public SplitBuffer {
+class ReduceScatter final : public PerfColl {
  public:
-  ReduceScatter() : SplitBuffer(true, false) {}
-  bool hasOp() const override { return true; }
+  ReduceScatter() : PerfColl(Collective::kReduceScatter) {}
   ncclResult_t call(const CallArgs& a) const override {
     return ncclReduceScatter(a.send, a.recv, a.count, a.type, a.op, a.comm, static_cast<cudaStream_t>(a.stream));
   }
-  size_t inPlaceRecvOffset(const Counts& c, int rank, int) const override { return rank * c.count; }
   double input(int rank, int, size_t i, ncclDataType_t t, ncclRedOp_t op, const Counts&) const override {
     return verify::inputValue(rank, i, t, testOp(op));
   }
@@ -108,13 +91,12 @@ class ReduceScatter final : public SplitBuffer {
   }
 };
 
-class AllGather final : public SplitBuffer {
+class AllGather final : public PerfColl {
  public:
-  AllGather() : SplitBuffer(false, true) {}
+  AllGather() : PerfColl(Collective::kAllGather) {}
   ncclResult_t call(const CallArgs& a) const override {
     return ncclAllGather(a.send, a.recv, a.count, a.type, a.comm, static_cast<cudaStream_t>(a.stream));
   }
-  size_t inPlaceSendOffset(const Counts& c, int rank, int) const override { return rank * c.count; }
   double input(int rank, int, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts&) const override {
     return movedValue(rank, i, t);
   }
@@ -124,9 +106,9 @@ class AllGather final : public SplitBuffer {
   }
 };
 
-class Broadcast final : public WholeBuffer {
+class Broadcast final : public PerfColl {
  public:
-  bool hasRoot() const override { return true; }
+  Broadcast() : PerfColl(Collective::kBroadcast) {}
   ncclResult_t call(const CallArgs& a) const override {
     return ncclBroadcast(a.send, a.recv, a.count, a.type, a.root, a.comm, static_cast<cudaStream_t>(a.stream));
   }
@@ -139,9 +121,9 @@ class Broadcast final : public WholeBuffer {
   }
 };
 
-class AllToAll final : public SplitBuffer {
+class AllToAll final : public PerfColl {
  public:
-  AllToAll() : SplitBuffer(true, true) {}
+  AllToAll() : PerfColl(Collective::kAllToAll) {}
   ncclResult_t call(const CallArgs& a) const override {
     return ncclAlltoAll(a.send, a.recv, a.count, a.type, a.comm, static_cast<cudaStream_t>(a.stream));
   }
@@ -155,9 +137,9 @@ class AllToAll final : public SplitBuffer {
   }
 };
 
-class SendRecv final : public WholeBuffer {
+class SendRecv final : public PerfColl {
  public:
-  bool inPlaceUnchecked() const override { return true; }
+  SendRecv() : PerfColl(Collective::kSendRecv) {}
   ncclResult_t call(const CallArgs& a) const override {
     ncclGroupStart();
     ncclResult_t r = ncclSend(a.send, a.count, a.type, (a.rank + 1) % a.nranks, a.comm, static_cast<cudaStream_t>(a.stream));
@@ -175,14 +157,12 @@ class SendRecv final : public WholeBuffer {
   }
 };
 
-class Gather final : public SplitBuffer {
+class Gather final : public PerfColl {
  public:
-  Gather() : SplitBuffer(false, true) {}
-  bool hasRoot() const override { return true; }
+  Gather() : PerfColl(Collective::kGather) {}
   ncclResult_t call(const CallArgs& a) const override {
     return ncclGather(a.send, a.recv, a.count, a.type, a.root, a.comm, static_cast<cudaStream_t>(a.stream));
   }
-  size_t inPlaceSendOffset(const Counts& c, int rank, int) const override { return rank * c.count; }
   double input(int rank, int, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts&) const override {
     return movedValue(rank, i, t);
   }
@@ -193,14 +173,12 @@ class Gather final : public SplitBuffer {
   }
 };
 
-class Scatter final : public SplitBuffer {
+class Scatter final : public PerfColl {
  public:
-  Scatter() : SplitBuffer(true, false) {}
-  bool hasRoot() const override { return true; }
+  Scatter() : PerfColl(Collective::kScatter) {}
   ncclResult_t call(const CallArgs& a) const override {
     return ncclScatter(a.send, a.recv, a.count, a.type, a.root, a.comm, static_cast<cudaStream_t>(a.stream));
   }
-  size_t inPlaceRecvOffset(const Counts& c, int rank, int) const override { return rank * c.count; }
   double input(int rank, int root, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts&) const override {
     return rank == root ? movedValue(root, i, t) : 0;
   }

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 
+#include "common/collective.h"
 #include "nccl.h"
 
 namespace strata::perf {
@@ -31,27 +32,36 @@ struct CallArgs {
   void* stream = nullptr;  // cudaStream_t for device buffers
 };
 
+// Buffer sizes, in-place offsets and the bus factor come from the collective
+// traits table (common/collective.h); each tool adds its call and its exact data.
 class PerfColl {
  public:
+  explicit PerfColl(Collective c) : coll_(c) {}
   virtual ~PerfColl() = default;
-  virtual bool hasOp() const { return false; }
-  virtual bool hasRoot() const { return false; }
+  Collective collective() const { return coll_; }
+  bool hasOp() const { return traits(coll_).reducing; }
+  bool hasRoot() const { return traits(coll_).rooted; }
   // nccl-tests does not check in-place send/recv (its send and receive buffers are the same).
-  virtual bool inPlaceUnchecked() const { return false; }
-  virtual Counts counts(size_t bytes, size_t esize, int nranks) const = 0;
+  bool inPlaceUnchecked() const { return coll_ == Collective::kSendRecv; }
+  // nccl-tests' counts: the whole size per rank, or for collectives with an n-times
+  // wider buffer, size / n rounded down to a multiple of 16 bytes.
+  Counts counts(size_t bytes, size_t esize, int nranks) const;
   // algbw bytes per rank and the busbw factor, as nccl-tests defines them.
-  virtual double algBytes(const Counts& c, size_t esize, int nranks) const = 0;
-  virtual double busFactor(int nranks) const = 0;
+  double algBytes(const Counts& c, size_t esize, int nranks) const;
+  double busFactor(int nranks) const { return strata::busFactor(coll_, nranks); }
   virtual ncclResult_t call(const CallArgs& a) const = 0;
   // Element offsets that make a call in place: send within recv, or recv within send.
-  virtual size_t inPlaceSendOffset(const Counts&, int /*rank*/, int /*root*/) const { return 0; }
-  virtual size_t inPlaceRecvOffset(const Counts&, int /*rank*/, int /*root*/) const { return 0; }
+  size_t inPlaceSendOffset(const Counts& c, int rank) const { return strata::inPlaceSendOffset(coll_, c.count, rank); }
+  size_t inPlaceRecvOffset(const Counts& c, int rank) const { return strata::inPlaceRecvOffset(coll_, c.count, rank); }
   // The value of input element i on `rank`, and the expected output element i
   // (false when this rank's output is not defined, e.g. a reduce's non-root).
   virtual double input(int rank, int root, size_t i, ncclDataType_t type, ncclRedOp_t op,
                        const Counts& c) const = 0;
   virtual bool expected(int rank, int nranks, int root, size_t i, ncclDataType_t type, ncclRedOp_t op,
                         const Counts& c, double* value) const = 0;
+
+ private:
+  Collective coll_;
 };
 
 const PerfColl& perfColl(Coll c);

@@ -11,9 +11,9 @@
 #include <thread>
 #include <vector>
 
-#include "device/dtypes.h"
-#include "device/gpu.h"
+#include "common/dtype.h"
 #include "harness/perf_args.h"
+#include "harness/perf_device.h"
 #include "harness/perf_mpi.h"
 #include "harness/perf_world.h"
 #include "verify/reference.h"
@@ -59,16 +59,16 @@ struct Slot {
 // Buffers live on the GPU when one is visible (as nccl-tests'), else in host memory.
 void fill(const Slot& s, void* dst, size_t bytes, const std::vector<char>& host) {
   if (s.device < 0) return void(memcpy(dst, host.data(), bytes));
-  device::copySync(dst, host.data(), bytes);
+  copyToDevice(dst, host.data(), bytes);
 }
 void clear(const Slot& s, void* dst, size_t bytes) {
   if (s.device < 0) return void(memset(dst, 0, bytes));
-  device::memsetSync(dst, 0, bytes);
+  clearDevice(dst, bytes);
 }
 const void* readable(const Slot& s, const void* src, size_t bytes, std::vector<char>& host) {
   if (s.device < 0) return src;
   host.resize(bytes);
-  device::copySync(host.data(), src, bytes);
+  copyToHost(host.data(), src, bytes);
   return host.data();
 }
 // Page-aligned and pre-faulted (a page fault costs 13-24 us on the test VMs).
@@ -81,8 +81,14 @@ void* hostBuffer(size_t bytes) {
   return p;
 }
 void finish(std::vector<Slot>& slots) {
-  for (Slot& s : slots)
-    if (s.device >= 0) device::streamSynchronize(s.stream);
+  if (slots.empty() || slots[0].device < 0) return;  // host memory: complete when the calls return
+  std::vector<ncclComm_t> comms;
+  std::vector<void*> streams;
+  for (Slot& s : slots) {
+    comms.push_back(s.comm);
+    streams.push_back(s.stream);
+  }
+  synchronize(comms, streams);
 }
 
 struct Case {
@@ -132,15 +138,15 @@ void Runner::ncclFailed(const char* what, ncclResult_t r) {
 }
 
 void Runner::sendRecvPtrs(const Slot& s, const Case& c, const void** send, void** recv) const {
-  size_t es = device::dtypeSize(c.type);
+  size_t es = dtypeSize(c.type);
   if (!c.inPlace) {
     *send = s.send;
     *recv = s.recv;
     return;
   }
   char* base = static_cast<char*>(s.recv);
-  *send = base + coll_.inPlaceSendOffset(c.counts, s.rank, c.root) * es;
-  *recv = base + coll_.inPlaceRecvOffset(c.counts, s.rank, c.root) * es;
+  *send = base + coll_.inPlaceSendOffset(c.counts, s.rank) * es;
+  *recv = base + coll_.inPlaceRecvOffset(c.counts, s.rank) * es;
 }
 
 // Issues `times` operations on every slot of this thread, grouped as nccl-tests groups them.
@@ -199,7 +205,7 @@ double Runner::timeCase(int t, std::vector<Slot>& slots, const Case& c) {
 // Runs once on exact data and counts wrong elements on this thread's ranks.
 size_t Runner::checkCase(std::vector<Slot>& slots, const Case& c) {
   const Counts& k = c.counts;
-  size_t es = device::dtypeSize(c.type);
+  size_t es = dtypeSize(c.type);
   for (Slot& s : slots) {
     const void* send;
     void* recv;
@@ -275,14 +281,14 @@ void Runner::threadMain(int t, const ncclUniqueId& id) {
   std::vector<Slot> slots(args_.nGpus);
   bool first = world_.proc() == 0 && t == 0;
   for (int g = 0; g < args_.nGpus; ++g) slots[g].rank = (world_.proc() * args_.nThreads + t) * args_.nGpus + g;
-  int gpus = args_.mpiBackend ? 0 : device::gpuCount();
+  int gpus = args_.mpiBackend ? 0 : gpuCount();
   if (!args_.mpiBackend) {
     ncclGroupStart();  // one thread creates its ranks inside one group, as nccl-tests does
     for (Slot& s : slots) {
       if (gpus > 0) {  // as nccl-tests: GPU (local index) mod the GPUs visible; several ranks may share one
         s.device = (world_.proc() * args_.nThreads * args_.nGpus + t * args_.nGpus + (&s - slots.data())) % gpus;
-        device::setCurrentDevice(s.device);
-        s.stream = device::streamCreate();
+        setDevice(s.device);
+        s.stream = streamCreate();
       }
       ncclResult_t r = ncclCommInitRank(&s.comm, nranks_, id, s.rank);
       if (r != ncclSuccess) ncclFailed("ncclCommInitRank", r);
@@ -291,7 +297,7 @@ void Runner::threadMain(int t, const ncclUniqueId& id) {
     if (r != ncclSuccess) ncclFailed("ncclGroupEnd (init)", r);
   }
   for (Slot& s : slots) {
-    device::setCurrentDevice(s.device);
+    setDevice(s.device);
     if (args_.mpiBackend) {  // MPI gets host memory even where a GPU is visible
       s.send = hostBuffer(slotBytes_);
       s.recv = hostBuffer(slotBytes_);
@@ -314,7 +320,7 @@ void Runner::threadMain(int t, const ncclUniqueId& id) {
   else roots = {args_.root};
   for (int cycle = 0; args_.cycles == 0 || cycle < args_.cycles; ++cycle) {
     for (ncclDataType_t type : args_.types) {
-      size_t es = device::dtypeSize(type);
+      size_t es = dtypeSize(type);
       for (ncclRedOp_t op : ops) {
         for (int root : roots) {
           for (size_t bytes = args_.minBytes; bytes <= args_.maxBytes;
@@ -322,7 +328,7 @@ void Runner::threadMain(int t, const ncclUniqueId& id) {
             Case c{type, op, root < 0 ? 0 : root, coll_.counts(bytes, es, nranks_), false};
             if (args_.mpiBackend && !mpiUnsupported(kind_, type, op, false, world_.mpi()).empty()) {
               if (first && bytes == args_.minBytes)
-                printf("# skipped %s %s: %s\n", device::dtypeName(type), opName(op),
+                printf("# skipped %s %s: %s\n", dtypeName(type), opName(op),
                        mpiUnsupported(kind_, type, op, false, world_.mpi()).c_str());
               break;
             }
@@ -330,7 +336,7 @@ void Runner::threadMain(int t, const ncclUniqueId& id) {
             if (first) {
               char buf[128];
               snprintf(buf, sizeof(buf), "%12zu  %12zu  %8s  %6s  %6i", c.counts.sizeBytes, c.counts.count,
-                       device::dtypeName(type), coll_.hasOp() ? opName(op) : "none", root);
+                       dtypeName(type), coll_.hasOp() ? opName(op) : "none", root);
               row = buf;
             }
             for (bool inPlace : {false, true}) {
@@ -377,7 +383,7 @@ void Runner::threadMain(int t, const ncclUniqueId& id) {
       ncclMemFree(s.send);
       ncclMemFree(s.recv);
     }
-    if (s.stream) device::streamDestroy(s.stream);
+    if (s.stream) streamDestroy(s.stream);
     if (s.comm) ncclCommDestroy(s.comm);
   }
 }

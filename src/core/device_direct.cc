@@ -195,8 +195,7 @@ void run(const std::vector<std::pair<ncclComm*, OpDesc>>& ops, void** stream) {
   for (auto& [handle, op] : ops) {
     size_t es = device::dtypeSize(op.type);
     Step s{h, mesh, *stream, c.rank(), c.nranks(), es, mesh.bytes / 2};
-    bool reduces = op.coll == Collective::kAllReduce || op.coll == Collective::kReduceScatter || op.coll == Collective::kReduce;
-    device::ReduceOp rop = reduces ? c.opFor(op) : device::ReduceOp{};
+    device::ReduceOp rop = reduces(op) ? c.opFor(op) : device::ReduceOp{};
     switch (op.coll) {
       case Collective::kAllReduce: allReduce(s, op, rop); break;
       case Collective::kReduceScatter: reduceScatter(s, op, rop); break;

@@ -74,22 +74,7 @@ struct Staging {
 };
 
 Staging stagingOf(const OpDesc& op, int nranks, int rank) {
-  size_t b = op.count * device::dtypeSize(op.type), n = static_cast<size_t>(nranks);
-  bool root = op.root == rank;
-  Staging s;
-  if (op.kind == OpKind::kSend) return {b, 0, true, false};
-  if (op.kind == OpKind::kRecv) return {0, b, false, true};
-  switch (op.coll) {
-    case Collective::kAllReduce: return {b, b, true, true};
-    case Collective::kBroadcast: return {b, b, root, true};
-    case Collective::kReduce: return {b, b, true, root};
-    case Collective::kAllGather: return {b, b * n, true, true};
-    case Collective::kReduceScatter: return {b * n, b, true, true};
-    case Collective::kAllToAll: return {b * n, b * n, true, true};
-    case Collective::kGather: return {b, b * n, true, root};
-    case Collective::kScatter: return {b * n, b, root, true};
-    default: return s;
-  }
+  return {sendBytes(op, nranks), recvBytes(op, nranks), readsSendBuffer(op, rank), writesRecvBuffer(op, rank)};
 }
 
 size_t sizeClass(size_t bytes) {

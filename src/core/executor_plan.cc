@@ -20,11 +20,6 @@ constexpr size_t kStreamingBytes = 8 << 20;
 constexpr size_t kHierPieceBytes = 4 << 20;
 enum LaneKind { kRingLane, kSendLane, kRecvLane, kMeshLane, kTreeLane, kHierLane };
 
-bool reducing(algorithms::Collective c) {
-  return c == algorithms::Collective::kAllReduce || c == algorithms::Collective::kReduceScatter ||
-         c == algorithms::Collective::kReduce;
-}
-
 bool overlaps(const void* a, const void* b, size_t bytes) {
   auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
   return x < y + bytes && y < x + bytes;
@@ -79,7 +74,7 @@ void Executor::addRing(Communicator& comm, const OpDesc& op) {
   base.stride = segmented ? op.count : 0;
   base.chunk = comm.slotBytes() / esize;
   base.order = order.data();
-  device::ReduceOp rop = reducing(op.coll) ? comm.opFor(op) : device::ReduceOp{};
+  device::ReduceOp rop = reduces(op) ? comm.opFor(op) : device::ReduceOp{};
   size_t region = op.count;
   int nch = 1;
   if (n > 1) {

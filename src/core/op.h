@@ -3,7 +3,7 @@
 
 #include <cstddef>
 
-#include "algorithms/collective.h"
+#include "common/collective.h"
 #include "device/cpu_reduce.h"
 #include "nccl.h"
 
@@ -13,7 +13,7 @@ enum class OpKind { kCollective, kSend, kRecv };
 
 struct OpDesc {
   OpKind kind = OpKind::kCollective;
-  algorithms::Collective coll = algorithms::Collective::kAllReduce;
+  Collective coll = Collective::kAllReduce;
   const char* fn = "";  // API name, for messages
   const void* sendbuff = nullptr;
   void* recvbuff = nullptr;
@@ -43,7 +43,19 @@ int rawEnum(const Enum& e) {
   return v;
 }
 
+// The operation's rules from the collective traits table (common/collective.h);
+// a send or receive counts as kSendRecv with only one of its buffers.
+inline Collective opCollective(const OpDesc& op) {
+  return op.kind == OpKind::kCollective ? op.coll : Collective::kSendRecv;
+}
 // nccl-tests' "size" of an operation: bytes of the larger of one rank's input and output.
 size_t opBytes(const OpDesc& op, int nranks);
+// Bytes of this rank's send and receive buffers.
+size_t sendBytes(const OpDesc& op, int nranks);
+size_t recvBytes(const OpDesc& op, int nranks);
+// Whether this rank reads its send buffer and writes its receive buffer.
+bool readsSendBuffer(const OpDesc& op, int rank);
+bool writesRecvBuffer(const OpDesc& op, int rank);
+inline bool reduces(const OpDesc& op) { return op.kind == OpKind::kCollective && traits(op.coll).reducing; }
 
 }  // namespace strata::core

@@ -13,7 +13,7 @@
 
 #include "device/combine.h"
 #include "device/gpu_kernels.h"
-#include "device/type_switch.h"
+#include "common/type_switch.h"
 
 namespace strata::device::cuda {
 namespace {

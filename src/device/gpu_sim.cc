@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -92,6 +93,8 @@ struct ArenaHeader {
   std::atomic<uint64_t> next;  // offset of the next free byte
 };
 constexpr uint64_t kArenaMagic = 0x5354524154414731ull;
+constexpr uint64_t kStreamMagic = 0x5354524d53494d31ull;  // "STRMSIM1": a stream made by some copy of this code
+constexpr size_t kStreamHeader = 64;
 
 ArenaHeader& arena() {
   static ArenaHeader* header = [] {
@@ -139,6 +142,12 @@ void arenaRelease(void* at, size_t bytes) {
 class SimGpus final : public GpuBackend {
  public:
   explicit SimGpus(int n) : n_(n) {}
+  // At exit a stream may still be held by a wait nobody will end: its thread is
+  // left running (parked where leak checkers still see it), not joined.
+  ~SimGpus() override {
+    static auto* parked = new std::vector<SimStream*>();
+    for (auto& [handle, st] : streams_) parked->push_back(st.release());
+  }
   int count() override { return n_; }
   std::string unavailableReason() override { return ""; }
   bool isDevicePointer(const void* p, int* device) override {
@@ -192,8 +201,28 @@ class SimGpus final : public GpuBackend {
       }
     });
   }
-  void* streamCreate() override { return new SimStream(); }
-  void streamDestroy(void* stream) override { delete static_cast<SimStream*>(stream); }
+  // Streams live in the arena behind a magic word, so that every copy of this code
+  // in a process (libnccl.so.2, a test linking the device layer) uses the same one.
+  void* streamCreate() override {
+    char* at = arenaTake(kStreamHeader + sizeof(SimStream), -1);
+    memcpy(at, &kStreamMagic, sizeof kStreamMagic);
+    new (at + kStreamHeader) SimStream();
+    return at;
+  }
+  void streamDestroy(void* stream) override {
+    if (SimStream* st = ours(stream)) {
+      st->~SimStream();
+      memset(stream, 0, sizeof kStreamMagic);
+      arenaRelease(stream, kStreamHeader + sizeof(SimStream));
+      return;
+    }
+    std::unique_ptr<SimStream> gone;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = streams_.find(stream);
+    if (it == streams_.end()) return;
+    gone = std::move(it->second);
+    streams_.erase(it);
+  }
   void streamSynchronize(void* stream) override { of(stream).synchronize(); }
   void copySync(void* dst, const void* src, size_t bytes) override { memmove(dst, src, bytes); }
   void memsetSync(void* dst, int value, size_t bytes) override { memset(dst, value, bytes); }
@@ -254,17 +283,29 @@ class SimGpus final : public GpuBackend {
     segments_.erase(it);
     return r;
   }
-  // Stream 0 is one per process, as the legacy default stream.
+  static SimStream* ours(void* stream) {
+    uint64_t magic = 0;
+    if (!inArena(stream)) return nullptr;
+    memcpy(&magic, stream, sizeof magic);
+    return magic == kStreamMagic ? reinterpret_cast<SimStream*>(static_cast<char*>(stream) + kStreamHeader) : nullptr;
+  }
+  // Stream 0 is one per process, as the legacy default stream. A handle no copy of
+  // this backend made (a program without a CUDA runtime, such as a perf tool on
+  // simulated GPUs, names its streams with pointers of its own) is a stream made
+  // on first use; it lives until streamDestroy or the end of the process.
   SimStream& of(void* stream) {
-    if (stream) return *static_cast<SimStream*>(stream);
-    static SimStream* legacy = new SimStream();  // lives as long as the process
-    return *legacy;
+    if (SimStream* st = ours(stream)) return *st;
+    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_ptr<SimStream>& st = streams_[stream];
+    if (!st) st = std::make_unique<SimStream>();
+    return *st;
   }
   void on(void* stream, std::function<void()> work) { of(stream).push(std::move(work)); }
 
   int n_;
   std::mutex mu_;
   std::map<void*, std::pair<size_t, std::string>> segments_;
+  std::map<void*, std::unique_ptr<SimStream>> streams_;  // foreign handles; null is the legacy stream
 };
 
 }  // namespace

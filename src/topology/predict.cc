@@ -8,16 +8,6 @@ namespace strata::topology {
 
 using algorithms::Collective;
 
-double busFactor(Collective coll, int n) {
-  switch (coll) {
-    case Collective::kAllReduce: return 2.0 * (n - 1) / n;
-    case Collective::kAllGather:
-    case Collective::kReduceScatter:
-    case Collective::kAllToAll: return static_cast<double>(n - 1) / n;
-    default: return 1.0;
-  }
-}
-
 std::vector<size_t> predictionSizes() {
   std::vector<size_t> out;
   for (size_t b = 8; b <= (size_t{8} << 30); b *= 8) out.push_back(b);
@@ -60,7 +50,7 @@ Prediction predict(const Plan& plan, int nodes, Collective coll, size_t bytes, c
   p.protocol = c.protocol;
   p.us = c.estimatedUs;
   p.algbwGBps = bytes / (p.us * 1e3);
-  p.busbwGBps = p.algbwGBps * busFactor(coll, r.nranks);
+  p.busbwGBps = p.algbwGBps * strata::busFactor(coll, r.nranks);
   p.bound = boundOf(plan, r, p);
   return p;
 }

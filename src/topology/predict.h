@@ -16,9 +16,6 @@ struct Prediction {
   std::string bound;  // what most of the time goes to: "latency", the ring's bottleneck, "network ..."
 };
 
-// nccl-tests' bus bandwidth factor for a collective on n ranks.
-double busFactor(algorithms::Collective coll, int nranks);
-
 // 8 B to 8 GiB, every factor of 8.
 std::vector<size_t> predictionSizes();
 

@@ -2,12 +2,10 @@
 
 #include <cstring>
 
-#include "device/dtypes.h"
+#include "common/dtype.h"
 
 namespace strata::verify {
 
-using device::Format;
-using device::withType;
 
 const char* opName(TestOp op) {
   static const char* names[] = {"sum", "prod", "max", "min", "avg", "premul-host", "premul-device"};
@@ -60,13 +58,13 @@ void fillBuffer(ncclDataType_t type, void* dst, size_t count, const std::functio
 }
 
 std::vector<char> makeBuffer(ncclDataType_t type, size_t count, const std::function<double(size_t)>& value) {
-  std::vector<char> buf(count * device::dtypeSize(type) + 1);
+  std::vector<char> buf(count * dtypeSize(type) + 1);
   fillBuffer(type, buf.data(), count, value);
   return buf;
 }
 
 size_t countMismatches(ncclDataType_t type, const void* got, const void* expected, size_t count) {
-  size_t es = device::dtypeSize(type), wrong = 0;
+  size_t es = dtypeSize(type), wrong = 0;
   const char* g = static_cast<const char*>(got);
   const char* e = static_cast<const char*>(expected);
   for (size_t i = 0; i < count; ++i) wrong += memcmp(g + i * es, e + i * es, es) != 0;
@@ -75,7 +73,7 @@ size_t countMismatches(ncclDataType_t type, const void* got, const void* expecte
 
 std::string compareBuffers(ncclDataType_t type, const void* got, const void* expected, size_t count,
                            const std::string& what) {
-  size_t es = device::dtypeSize(type);
+  size_t es = dtypeSize(type);
   for (size_t i = 0; i < count; ++i) {
     const char* g = static_cast<const char*>(got) + i * es;
     const char* e = static_cast<const char*>(expected) + i * es;

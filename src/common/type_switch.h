@@ -7,7 +7,7 @@
 
 #include "nccl.h"
 
-namespace strata::device {
+namespace strata {
 
 // Calls f(T{}) with the storage type of `type`; Types provides Half, BFloat16, Fp8E4M3, Fp8E5M2.
 template <typename Types, typename F>
@@ -28,4 +28,4 @@ decltype(auto) switchType(ncclDataType_t type, F&& f) {
   }
 }
 
-}  // namespace strata::device
+}  // namespace strata
