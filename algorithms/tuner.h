@@ -1,20 +1,19 @@
-// Picks an algorithm and protocol per operation from an alpha-beta cost
-// model, and honours NCCL_ALGO / NCCL_PROTO.
+// Picks an algorithm and protocol per operation from the algorithms' own cost
+// models, and honours NCCL_ALGO / NCCL_PROTO.
 #pragma once
 
 #include <cstddef>
 #include <string>
-#include <vector>
 
 #include "algorithms/collective.h"
+#include "topology/planner.h"
 
 namespace strata::algorithms {
 
-// Cost of moving one message between neighbours: a fixed latency and a rate.
-struct LinkModel {
-  double latencyUs = 1.0;
-  double bandwidthGBps = 5.0;
-};
+class Algorithm;
+
+// Cost of moving one message between neighbours: the topology's plain data.
+using LinkModel = topology::LinkCost;
 
 struct TuneRequest {
   Collective coll = Collective::kAllReduce;
@@ -35,23 +34,11 @@ enum class Protocol { kSimple, kLL };
 const char* protocolName(Protocol p);
 
 struct Choice {
-  const char* algorithm = "";
-  const char* protocol = "";
+  const Algorithm* algorithm = nullptr;
   Protocol proto = Protocol::kSimple;
   double estimatedUs = 0;
+  const char* name() const;  // the algorithm's name
 };
-
-// A self-description of one algorithm.
-struct AlgorithmInfo {
-  const char* name;
-  std::vector<Collective> collectives;
-  std::vector<Protocol> protocols;
-  double (*costUs)(const TuneRequest&, Protocol);
-  bool (*applies)(const TuneRequest&) = nullptr;  // null: wherever the collective fits
-};
-
-// Every algorithm this build has.
-const std::vector<AlgorithmInfo>& algorithmRegistry();
 
 // True when `name` survives an NCCL_ALGO / NCCL_PROTO list for the function
 // `func` (NCCL's syntax, case-insensitive: "Ring,Tree", "^Tree", and entries
@@ -61,5 +48,8 @@ bool listAllows(const std::string& spec, const std::string& name, const std::str
 // The cheapest allowed algorithm and protocol; throws ncclInvalidUsage naming
 // the variables when the lists exclude every candidate.
 Choice choose(const TuneRequest& req, const std::string& algoSpec, const std::string& protoSpec);
+
+// The cost model of one algorithm and protocol on a request (fixed launch cost included).
+double costOf(const Algorithm& a, Protocol p, const TuneRequest& req);
 
 }  // namespace strata::algorithms

@@ -64,11 +64,12 @@ EON
   }
   plain=$(choice "") || check "the 2 x 2 run without a topology file failed"
   preset=$(choice "$presets/a100-sxm-8gpu.xml") || check "the 2 x 2 run with the A100 preset failed"
-  a=$(grep -m1 "\[0\] NCCL INFO AllReduce: 262144 bytes" <<< "$plain" | sed 's/.*-> //')
-  b=$(grep -m1 "\[0\] NCCL INFO AllReduce: 262144 bytes" <<< "$preset" | sed 's/.*-> //')
+  # The TUNING line is strata-topo's prediction row: collective, size, algorithm, protocol, ...
+  a=$(grep -m1 "\[0\] NCCL INFO AllReduce  *256 KiB" <<< "$plain" | awk '{print $8 "/" $9}')
+  b=$(grep -m1 "\[0\] NCCL INFO AllReduce  *256 KiB" <<< "$preset" | awk '{print $8 "/" $9}')
   echo "topo_check: 256 KiB on 2 x 2 ranks: discovered -> $a; A100 preset -> $b"
   grep -q "topology: $presets/a100-sxm-8gpu.xml: 2 CPU(s), 8 GPU(s), 8 NIC port(s)" <<< "$preset" || check "no topology line for the preset"
-  [ -n "$a" ] && [ -n "$b" ] && [ "${a%%,*}" != "${b%%,*}" ] || check "the preset did not change the choice"
+  [ -n "$a" ] && [ -n "$b" ] && [ "$a" != "$b" ] || check "the preset did not change the choice"
 else
   echo "topo_check: mpirun not found; skipping the 2 x 2 run"
 fi

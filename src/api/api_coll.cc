@@ -139,14 +139,14 @@ STRATA_API ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar,
                    "ncclRedOpCreatePreMulSum: invalid datatype %d", type);
     STRATA_REQUIRE(where == ncclScalarDevice || where == ncclScalarHostImmediate, ncclInvalidArgument,
                    "ncclRedOpCreatePreMulSum: invalid residence %d", where);
-    *op = c.createPreMulSum(scalar, datatype, residence);
+    *op = c.redops().createPreMulSum(scalar, datatype, residence);
   });
 }
 
 STRATA_API ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
   return api::guarded([&] {
     core::CommUse use(comm, "ncclRedOpDestroy");
-    use.ready("ncclRedOpDestroy", true).destroyRedOp(op);
+    use.ready("ncclRedOpDestroy", true).redops().destroy(op);
   });
 }
 

@@ -22,7 +22,7 @@ using algorithms::Collective;
 // (peer info, the configuration, the node's topology); "" when they may.
 std::string refusal(const Communicator& comm) {
   if (comm.nranks() < 2) return "one rank";
-  if (comm.numNodes() != 1) return "ranks on several nodes";
+  if (comm.layout().numNodes() != 1) return "ranks on several nodes";
   for (int r = 0; r < comm.nranks(); ++r)
     if (comm.peer(r).device < 0) return "rank " + std::to_string(r) + " has no GPU";
   const Config& cfg = config();
@@ -195,7 +195,7 @@ void run(const std::vector<std::pair<ncclComm*, OpDesc>>& ops, void** stream) {
   for (auto& [handle, op] : ops) {
     size_t es = device::dtypeSize(op.type);
     Step s{h, mesh, *stream, c.rank(), c.nranks(), es, mesh.bytes / 2};
-    device::ReduceOp rop = reduces(op) ? c.opFor(op) : device::ReduceOp{};
+    device::ReduceOp rop = reduces(op) ? c.redops().opFor(op) : device::ReduceOp{};
     switch (op.coll) {
       case Collective::kAllReduce: allReduce(s, op, rop); break;
       case Collective::kReduceScatter: reduceScatter(s, op, rop); break;

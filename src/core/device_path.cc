@@ -241,7 +241,7 @@ PartCopies stage(const std::vector<std::pair<ncclComm*, OpDesc>>& ops, Job& job,
     Staging s = stagingOf(op, c.nranks(), c.rank());
     OpDesc host = op;
     host.stream = nullptr;
-    host.pinned = c.pinOp(op);
+    host.pinned = c.redops().pin(op);
     host.sendbuff = s.in ? acquire(s.in, job) : nullptr;
     host.recvbuff = s.out ? acquire(s.out, job) : nullptr;
     auto known = [&](const std::pair<void*, int>& e) { return e.first == op.stream; };
@@ -304,7 +304,7 @@ void enqueue(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
   job->direct = device_direct::fits(ops);
   if (job->direct) {  // the proxy reads and writes the device buffers itself
     job->parts[0]->hostOps = ops;
-    for (auto& [h, op] : job->parts[0]->hostOps) op.pinned = h->impl->pinOp(op);
+    for (auto& [h, op] : job->parts[0]->hostOps) op.pinned = h->impl->redops().pin(op);
     job->lanes.push_back(&laneFor(*ops.front().first->impl));
     streams.emplace_back(ops.front().second.stream, ops.front().first->impl->device());
     copies.emplace_back();

@@ -19,51 +19,63 @@ inline void cpuRelax() { __builtin_ia32_pause(); }
 
 }  // namespace
 
-// A rank's sends to itself meet its receives from itself in call order.
-void Executor::matchSelfCopies() {
-  for (auto& [comm, w] : work_) {
-    size_t pairs = std::min(w.selfSends.size(), w.selfRecvs.size());
-    for (size_t i = 0; i < pairs; ++i) {
-      const SelfCopy &s = w.selfSends[i], &r = w.selfRecvs[i];
-      STRATA_REQUIRE(s.bytes == r.bytes, ncclInvalidUsage,
-                     "%s: rank %d sends %zu bytes to itself but its matching receive expects %zu", s.fn,
-                     comm->rank(), s.bytes, r.bytes);
-      if (s.ptr != r.ptr) memmove(r.ptr, s.ptr, s.bytes);
+CommPlan& Executor::planOf(Communicator& comm) {
+  for (auto& [c, p] : plans_)
+    if (c == &comm) return *p;
+  plans_.emplace_back(&comm, std::make_unique<CommPlan>(comm));
+  return *plans_.back().second;
+}
+
+void Executor::add(Communicator& comm, const OpDesc& op) {
+  CommPlan& plan = planOf(comm);  // every communicator of the group takes part, even with nothing to move
+  if (!firstFn_) firstFn_ = op.fn;
+  if (op.count == 0) return;
+  algorithms::CollectiveOp c;
+  c.kind = op.kind == OpKind::kSend   ? algorithms::CollectiveOp::Kind::kSend
+           : op.kind == OpKind::kRecv ? algorithms::CollectiveOp::Kind::kRecv
+                                      : algorithms::CollectiveOp::Kind::kCollective;
+  c.coll = opCollective(op);
+  c.fn = op.fn;
+  c.sendbuff = op.sendbuff;
+  c.recvbuff = op.recvbuff;
+  c.count = op.count;
+  c.type = op.type;
+  c.root = op.root;
+  if (reduces(op)) c.op = comm.redops().opFor(op);
+  c.bytes = opBytes(op, comm.nranks());
+  // The tuner's choice; throws when NCCL_ALGO / NCCL_PROTO exclude every candidate.
+  algorithms::Choice choice = comm.choose(c.coll, c.bytes);
+  choice.algorithm->plan(plan, c, choice.proto);
+}
+
+void Executor::openAndMake() {
+  for (auto& [comm, plan] : plans_) comm->failIfStopped();
+  for (auto& [comm, plan] : plans_) plan->matchSelfCopies();
+  for (auto& [comm, plan] : plans_) plan->listen();
+  for (auto& [comm, plan] : plans_) plan->connect();
+  for (auto& [comm, plan] : plans_)
+    for (CommPlan::Pending& p : plan->pending()) {
+      Lane& lane = lanes_[{comm, p.lane.id, p.lane.index}];
+      lane.comm = comm;
+      lane.tasks.push_back(p.make(*plan));
     }
-    bool extraRecv = w.selfRecvs.size() > pairs;
-    STRATA_REQUIRE(w.selfSends.size() == w.selfRecvs.size(), ncclInvalidUsage,
-                   "%s: rank %d has a %s to itself with no matching %s in the same group",
-                   (extraRecv ? w.selfRecvs : w.selfSends)[pairs].fn, comm->rank(),
-                   extraRecv ? "ncclRecv" : "ncclSend", extraRecv ? "ncclSend" : "ncclRecv");
-  }
 }
 
 void Executor::run() {
-  if (work_.empty()) return;
+  if (plans_.empty()) return;
   try {
-    for (auto& [comm, w] : work_) comm->failIfStopped();
-    matchSelfCopies();
-    for (auto& [comm, w] : work_) comm->listenLinks(w.recvLinks);
-    for (auto& [comm, w] : work_)
-      if (w.mesh) comm->listenMesh();
-    for (auto& [comm, w] : work_) comm->connectLinks(w.sendLinks);
-    for (auto& [comm, w] : work_)
-      if (w.mesh) comm->connectMesh();
-    for (Pending& p : pending_) {
-      Lane& lane = lanes_[p.lane];
-      lane.comm = std::get<0>(p.lane);
-      lane.tasks.push_back(p.make());
-    }
+    openAndMake();
   } catch (const Error& e) {  // opening links: say which call it was for
     failAll(e.code(), std::string(firstFn_ ? firstFn_ : "ncclGroupEnd") + ": " + e.what());
   }
+  polling_ = transport::needsPolling();
   progressAll();
 }
 
 void Executor::progressAll() {
-  Communicator* first = work_.begin()->first;
+  Communicator* first = plans_.front().first;
   Doorbell& bell = first->bell();
-  bool multi = work_.size() > 1;
+  bool multi = plans_.size() > 1;
   // Oversubscribed ranks must give the core away at once, or every step waits a
   // scheduler slice; and they keep yielding rather than sleep, because a futex wake-up
   // costs more than a yield on these VMs (4 ranks on 2 cores, 8-byte all-reduce:
@@ -93,7 +105,7 @@ void Executor::progressAll() {
           continue;
         }
         if (allDone_) return;
-        if (transport::needsPolling())
+        if (polling_ || transport::needsPolling())
           usleep(20);  // sockets do not ring doorbells
         else
           sleep.wait(multi ? 200 : 20000);
@@ -121,7 +133,7 @@ bool Executor::sweep() {
   allDone_ = true;
   for (auto& [key, lane] : lanes_) {
     while (!lane.idle()) {
-      Task& t = *lane.tasks[lane.head];
+      algorithms::Task& t = *lane.tasks[lane.head];
       moved |= t.progress();
       if (!t.done()) break;
       ++lane.head;
@@ -129,15 +141,15 @@ bool Executor::sweep() {
     if (!lane.idle()) allDone_ = false;
   }
   if (allDone_ && transport::needsPolling())  // not done until the last socket sends are out
-    for (auto& [comm, w] : work_)
-      if (!comm->sendsFlushed()) allDone_ = false;
+    for (auto& [comm, plan] : plans_)
+      if (!comm->pool().flushed()) allDone_ = false;
   return moved;
 }
 
 void Executor::checkStopped() {
   for (auto& [key, lane] : lanes_) {
     if (lane.idle() || !lane.comm->abortRequested()) continue;
-    const Task& t = *lane.tasks[lane.head];
+    const algorithms::Task& t = *lane.tasks[lane.head];
     failAll(ncclInvalidUsage, format("%s: rank %d: the communicator was aborted: %s", t.fn(), lane.comm->rank(),
                                      lane.comm->stopReason().c_str()));
   }
@@ -148,7 +160,7 @@ void Executor::checkHealth(double idleSec) {
   for (auto& [key, lane] : lanes_) {
     if (lane.idle()) continue;
     Communicator& comm = *lane.comm;
-    const Task& t = *lane.tasks[lane.head];
+    const algorithms::Task& t = *lane.tasks[lane.head];
     int peer = t.waitingOn();
     if (t.peerAborted())
       failAll(ncclRemoteError, format("%s: rank %d: rank %d stopped the operation (it failed, was aborted, or "
@@ -171,11 +183,11 @@ void Executor::checkHealth(double idleSec) {
 }
 
 void Executor::failAll(ncclResult_t code, const std::string& msg) {
-  for (auto& [comm, w] : work_) {
+  for (auto& [comm, plan] : plans_) {
     comm->abortConnections();
     comm->setAsyncError(code);
   }
-  STRATA_WARN(work_.empty() ? -1 : work_.begin()->first->rank(), "%s", msg.c_str());
+  STRATA_WARN(plans_.empty() ? -1 : plans_.front().first->rank(), "%s", msg.c_str());
   throw Error(code, msg);
 }
 

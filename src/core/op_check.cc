@@ -36,9 +36,9 @@ void validateOp(const Communicator& comm, const OpDesc& op) {
   STRATA_REQUIRE(!rooted || (op.root >= 0 && op.root < n), ncclInvalidArgument,
                  "%s: rank %d: %s %d is out of range [0, %d)", op.fn, r, rootName, op.root, n);
   if (reduces(op)) {
-    STRATA_REQUIRE(op.op >= 0 && (op.op < ncclNumOps || comm.isUserOp(op.op)), ncclInvalidArgument,
+    STRATA_REQUIRE(op.op >= 0 && (op.op < ncclNumOps || comm.redops().isUserOp(op.op)), ncclInvalidArgument,
                    "%s: rank %d: invalid reduction op %d", op.fn, r, static_cast<int>(op.op));
-    comm.resolveOp(op.op, op.type, op.fn);  // checks a user op's datatype
+    comm.redops().resolve(op.op, op.type, op.fn);  // checks a user op's datatype
   }
   size_t esize = device::dtypeSize(op.type);
   STRATA_REQUIRE(op.count <= SIZE_MAX / esize / n, ncclInvalidArgument, "%s: rank %d: count %zu is too large", op.fn,

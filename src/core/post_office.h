@@ -18,6 +18,7 @@ enum class MsgKind : uint32_t {
   kGather = 3,     // rank -> hub in an all-gather
   kScatter = 4,    // hub -> rank in an all-gather
   kConnect = 5,    // receiver -> sender: a transport handle
+  kRegion = 6,     // region owner -> the peer that maps it: a region handle
 };
 
 // Ranks of one communicator may share a process (and so a mailbox): the key names both ends.

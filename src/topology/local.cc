@@ -33,6 +33,17 @@ int currentNumaNode() {
   return getcpu(&cpu, &node) == 0 ? static_cast<int>(node) : 0;
 }
 
+std::vector<int> rankDevices(const System& sys, const std::vector<std::string>& busIds, const std::vector<int>& numas) {
+  std::vector<int> gpus;
+  for (const std::string& id : busIds)
+    for (int g : sys.ofType(NodeType::kGpu))
+      if (!id.empty() && sys.node(g).id == id) gpus.push_back(g);
+  if (!busIds.empty() && gpus.size() == busIds.size()) return gpus;
+  std::vector<int> cpus;
+  for (int numa : numas) cpus.push_back(cpuForNuma(sys, numa));
+  return cpus;
+}
+
 int cpuForNuma(const System& sys, int numa) {
   std::vector<int> cpus = sys.ofType(NodeType::kCpu);
   for (int c : cpus)

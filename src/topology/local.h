@@ -23,6 +23,10 @@ std::shared_ptr<const LocalTopology> localTopology(const std::string& file);
 // The NUMA domain the calling thread runs on (0 when the kernel does not say).
 int currentNumaNode();
 
+// The device each local rank drives, for planNode: its GPU where the topology has
+// every rank's GPU (by PCI bus id), else the CPU of its NUMA domain.
+std::vector<int> rankDevices(const System& sys, const std::vector<std::string>& busIds, const std::vector<int>& numas);
+
 // The CPU node for a NUMA id, or the first CPU when the topology has no such id
 // (a topology file from another machine).
 int cpuForNuma(const System& sys, int numa);

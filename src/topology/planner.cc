@@ -13,8 +13,8 @@ namespace {
 // Per-hop latencies (us): NCCL's ring Simple figures for NVLink and PCIe steps
 // and its base launch cost; Strata's own measured host and socket figures.
 constexpr double kNvlinkHopUs = 3.4, kPciHopUs = 5.7, kGpuLaunchUs = 8.4;
-constexpr double kHostHopUs = 1.0;
-constexpr double kRdmaHopUs = 5.0, kSocketHopUs = 30.0;
+constexpr double kHostHopUs = 1.0, kThreadHopUs = 0.5;
+constexpr double kRdmaHopUs = 5.0;
 // What one channel moves: the per-channel speeds NCCL's search settles on
 // (A100: 12 channels x 20 GB/s) and one host thread's staged copy.
 double perChannel(const System& sys, bool gpus, int device) {
@@ -233,6 +233,8 @@ Plan planNode(const System& sys, const PlanOptions& opts) {
   plan.ring = searchRing(hops, sys, plan.gpus);
   RingScore s = scoreRing(plan.ring, hops, sys, plan.gpus);
   plan.ringGBps = n > 1 ? s.bw : (plan.gpus ? 5000 : kHostCopyGBps);
+  // Threads of one process copy through heap slots, faster than through shared memory.
+  if (!plan.gpus && opts.threads && plan.ringGBps >= kHostCopyGBps) plan.ringGBps = kThreadCopyGBps;
   plan.ringPath = static_cast<PathType>(s.worstType);
   plan.staged = s.staged;
   if (s.bottleneck.first >= 0) {
@@ -254,27 +256,14 @@ Plan planNode(const System& sys, const PlanOptions& opts) {
   plan.notes.push_back(format("channels: %d = %.1f GB/s / %.0f GB/s per channel%s", plan.channels, plan.ringGBps,
                               plan.perChannelGBps, plan.gpus ? " (one CTA each)" : " (one host thread each)"));
   assignRails(sys, plan);
-  double hopUs = !plan.gpus ? kHostHopUs : plan.ringPath <= PathType::kNvb ? kNvlinkHopUs : kPciHopUs;
-  plan.intra = algorithms::LinkModel{hopUs, plan.ringGBps};
+  double hostHopUs = opts.threads ? kThreadHopUs : kHostHopUs;
+  double hopUs = !plan.gpus ? hostHopUs : plan.ringPath <= PathType::kNvb ? kNvlinkHopUs : kPciHopUs;
+  plan.intra = LinkCost{hopUs, plan.ringGBps};
+  plan.oversubscribed = opts.oversubscribed;
   bool rdma = !plan.rails.empty() && plan.rails[0] >= 0 && sys.node(plan.rails[0]).gdr;
-  plan.net = algorithms::LinkModel{rdma ? kRdmaHopUs : kSocketHopUs, plan.netGBps};
+  plan.net = LinkCost{rdma ? kRdmaHopUs : kSocketHopUs, plan.netGBps};
   plan.launchUs = plan.gpus ? kGpuLaunchUs : 0;
   return plan;
-}
-
-algorithms::TuneRequest tuneRequest(const Plan& plan, int nodes, algorithms::Collective coll, size_t bytes) {
-  algorithms::TuneRequest r;
-  r.coll = coll;
-  r.bytes = bytes;
-  r.ranksPerNode = static_cast<int>(plan.devices.size());
-  r.nodes = nodes;
-  r.nranks = r.ranksPerNode * nodes;
-  r.intra = plan.intra;
-  r.net = plan.net;
-  if (r.net.bandwidthGBps <= 0) r.net.bandwidthGBps = 1.25;  // no NIC in the topology: 10 Gb/s
-  r.sharedMemory = !plan.staged;
-  r.launchUs = plan.launchUs;
-  return r;
 }
 
 }  // namespace strata::topology

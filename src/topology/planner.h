@@ -6,16 +6,24 @@
 #include <string>
 #include <vector>
 
-#include "algorithms/tuner.h"
 #include "topology/system.h"
 
 namespace strata::topology {
+
+// Cost of moving one message between neighbours: a fixed latency and a rate.
+// Plain data the tuner reads (topology includes nothing from above it).
+struct LinkCost {
+  double latencyUs = 1.0;
+  double bandwidthGBps = 5.0;
+};
 
 struct PlanOptions {
   int ranksPerNode = 0;                // 0: one per GPU; without GPUs one per core, at most 8 (at least one per NUMA domain)
   PathType p2pLevel = PathType::kPxb;  // NCCL_P2P_LEVEL: the worst path GPUs still talk directly over
   bool p2pDisable = false;             // NCCL_P2P_DISABLE: every GPU pair goes through host memory
   std::vector<int> rankDevices;        // local rank -> System node, when the caller knows (else by order)
+  bool threads = false;                // host ranks are threads of one process (copies cost less)
+  bool oversubscribed = false;         // the machine runs more ranks than it has cores
 };
 
 // How data moves from one rank's device to another's.
@@ -39,8 +47,9 @@ struct Plan {
   std::vector<int> rails;       // local rank -> NET node, -1 when the node has no NIC
   std::vector<double> railGBps; // local rank -> its rail's rate (NIC and the path to it)
   double netGBps = 0;           // the node's network rate: distinct rails summed
-  algorithms::LinkModel intra, net;
+  LinkCost intra, net;
   double launchUs = 0;
+  bool oversubscribed = false;  // PlanOptions::oversubscribed: every hop may wait for the scheduler
   std::vector<std::string> notes;  // one line per decision, saying why
 };
 
@@ -52,11 +61,15 @@ std::pair<PathType, double> railTo(const System& sys, int dev, int net);
 std::vector<int> nearestNets(const System& sys, int dev);
 Plan planNode(const System& sys, const PlanOptions& opts);
 
-// The tuner's view of `nodes` nodes planned alike.
-algorithms::TuneRequest tuneRequest(const Plan& plan, int nodes, algorithms::Collective coll, size_t bytes);
-
 // Host copies through a staging slot: a write and a read per byte, measured on
-// the test VMs (docs/design.md).
+// the test VMs (docs/design.md); ranks that are threads of one process copy faster.
 constexpr double kHostCopyGBps = 5.0;
+constexpr double kThreadCopyGBps = 6.0;
+// A small message between two nodes through the socket transport (measured between
+// two namespaces: 14.3 us one way, about twice that under load), and a hop inside a
+// node when more ranks than cores run across nodes (it waits for the scheduler;
+// fitted on the 4 x 2 test bed, docs/design.md).
+constexpr double kSocketHopUs = 30.0;
+constexpr double kCrowdedHopUs = 20.0;
 
 }  // namespace strata::topology

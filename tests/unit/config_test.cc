@@ -87,17 +87,17 @@ TEST(Tuner, OneShotForSmallRingForLargeAndEstimatesGrowWithSize) {
   r.nranks = 4;
   r.bytes = 64;
   auto tiny = algorithms::choose(r, "", "");
-  EXPECT_STREQ(tiny.algorithm, "OneShot");
-  EXPECT_STREQ(tiny.protocol, "Simple");  // LL needs shared memory
+  EXPECT_STREQ(tiny.name(), "OneShot");
+  EXPECT_STREQ(algorithms::protocolName(tiny.proto), "Simple");  // LL needs shared memory
   r.sharedMemory = true;
   tiny = algorithms::choose(r, "", "");
-  EXPECT_STREQ(tiny.protocol, "LL");
-  EXPECT_STREQ(algorithms::choose(r, "", "^LL").protocol, "Simple");
-  EXPECT_STREQ(algorithms::choose(r, "Ring", "").algorithm, "Ring");
+  EXPECT_STREQ(algorithms::protocolName(tiny.proto), "LL");
+  EXPECT_STREQ(algorithms::protocolName(algorithms::choose(r, "", "^LL").proto), "Simple");
+  EXPECT_STREQ(algorithms::choose(r, "Ring", "").name(), "Ring");
   r.bytes = 1 << 26;
   auto large = algorithms::choose(r, "", "");
-  EXPECT_STREQ(large.algorithm, "Ring");
-  EXPECT_STREQ(large.protocol, "Simple");
+  EXPECT_STREQ(large.name(), "Ring");
+  EXPECT_STREQ(algorithms::protocolName(large.proto), "Simple");
   EXPECT_LT(tiny.estimatedUs, large.estimatedUs);
 }
 
@@ -112,18 +112,18 @@ TEST(Tuner, MultiNodeChoicesFollowTheNetwork) {
   r.intra = {1.0, 5.0};
   r.net = {30.0, 0.125};
   r.bytes = 256 << 20;
-  EXPECT_STREQ(algorithms::choose(r, "", "").algorithm, "Hierarchical");
+  EXPECT_STREQ(algorithms::choose(r, "", "").name(), "Hierarchical");
   double hier = algorithms::choose(r, "Hierarchical", "").estimatedUs;
   double ring = algorithms::choose(r, "Ring", "").estimatedUs;
   EXPECT_NEAR(ring / hier, (2.0 * 7 / 8) / (2.0 * 3 / 4), 0.05);  // node-link bytes, ring vs rails
   r.bytes = 8;
-  EXPECT_STREQ(algorithms::choose(r, "", "").algorithm, "Leaders");  // 1 network message per node pair
-  EXPECT_STREQ(algorithms::choose(r, "^Leaders", "").algorithm, "Tree");  // 6 network hops, not the ring's 14
-  EXPECT_STREQ(algorithms::choose(r, "", "").protocol, "Simple");  // no LL across hosts
+  EXPECT_STREQ(algorithms::choose(r, "", "").name(), "Leaders");  // 1 network message per node pair
+  EXPECT_STREQ(algorithms::choose(r, "^Leaders", "").name(), "Tree");  // 6 network hops, not the ring's 14
+  EXPECT_STREQ(algorithms::protocolName(algorithms::choose(r, "", "").proto), "Simple");  // no LL across hosts
   r.ranksPerNode = 0;  // uneven nodes: no hierarchical
   r.bytes = 256 << 20;
   EXPECT_THROW(algorithms::choose(r, "Hierarchical", ""), Error);
-  EXPECT_STREQ(algorithms::choose(r, "", "").algorithm, "Ring");
+  EXPECT_STREQ(algorithms::choose(r, "", "").name(), "Ring");
 }
 
 TEST(Tuner, ExcludingEverythingIsAnError) {

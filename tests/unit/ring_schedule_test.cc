@@ -9,7 +9,7 @@
 #include <numeric>
 #include <vector>
 
-#include "algorithms/ring_schedule.h"
+#include "algorithms/ring/ring_schedule.h"
 
 namespace strata::algorithms {
 namespace {

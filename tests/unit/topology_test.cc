@@ -8,15 +8,22 @@
 #include <sstream>
 
 #include "base/error.h"
-#include "core/communicator.h"
+#include "algorithms/predict.h"
+#include "algorithms/rank_layout.h"
+#include "topo/report.h"
 #include "topology/discover.h"
-#include "topology/predict.h"
-#include "topology/report.h"
+#include "topology/local.h"
 
 namespace strata::topology {
 namespace {
 
 using algorithms::Collective;
+using algorithms::predict;
+using algorithms::predictAll;
+using algorithms::Prediction;
+using tools::compareReport;
+using tools::jsonReport;
+using tools::textReport;
 
 const char* kPresets[] = {"a100-sxm-8gpu", "a800-sxm-8gpu", "h100-sxm-8gpu",
                           "h800-sxm-8gpu", "rtx4090-pcie-8gpu", "cpu-2socket"};
@@ -251,29 +258,31 @@ TEST(TopologyDiscovery, ThisMachineLoadsAndDumpsBack) {
 }  // namespace
 }  // namespace strata::topology
 
-namespace strata::core {
+namespace strata::topology {
 namespace {
 
+// What a communicator plans for its node (comm_setup.cc): each rank's CPU by its
+// NUMA domain, then planNode's ring, which visits each domain's ranks together.
 TEST(CommunicatorTopology, NodeRingFollowsNumaDomains) {
-  std::vector<PeerInfo> peers(6);
-  int numa[] = {1, 0, 1, 0, 0, 1};
-  for (int r = 0; r < 6; ++r) peers[r].numaNode = numa[r];
-  EXPECT_EQ(ringOrderInNode({0, 1, 2, 3, 4, 5}, peers), (std::vector<int>{1, 3, 4, 0, 2, 5}));
-  EXPECT_EQ(ringOrderInNode({2, 5}, peers), (std::vector<int>{2, 5}));
+  System sys = preset("cpu-2socket");
+  std::vector<int> numa = {1, 0, 1, 0, 0, 1};
+  PlanOptions opts;
+  opts.ranksPerNode = 6;
+  opts.rankDevices = rankDevices(sys, {"", "", "", "", "", ""}, numa);
+  Plan p = planNode(sys, opts);
+  ASSERT_EQ(p.ring.size(), 6u);
+  int changes = 0;
+  for (size_t i = 0; i < 6; ++i) changes += numa[p.ring[i]] != numa[p.ring[(i + 1) % 6]];
+  EXPECT_EQ(changes, 2) << "the ring crosses between the sockets once each way";
 }
 
 TEST(CommunicatorTopology, NodeNetworkSumsDistinctRails) {
-  std::vector<PeerInfo> peers(4);
-  double rate[] = {24, 24, 20, 1.25};
-  int rail[] = {7, 8, 7, -1};
-  for (int r = 0; r < 4; ++r) {
-    peers[r].netGBps = rate[r];
-    peers[r].rail = rail[r];
-  }
-  EXPECT_DOUBLE_EQ(nodeNetGBps({0, 1, 2}, peers), 20 + 24);  // rail 7 at its slowest user's rate
-  EXPECT_DOUBLE_EQ(nodeNetGBps({0, 1, 2, 3}, peers), 20 + 24 + 1.25);
-  EXPECT_DOUBLE_EQ(nodeNetGBps({3}, peers), 1.25);
+  std::vector<double> rate = {24, 24, 20, 1.25};
+  std::vector<int> rail = {7, 8, 7, -1};
+  EXPECT_DOUBLE_EQ(algorithms::nodeNetworkGBps({0, 1, 2}, rate, rail), 20 + 24);  // rail 7 at its slowest user's rate
+  EXPECT_DOUBLE_EQ(algorithms::nodeNetworkGBps({0, 1, 2, 3}, rate, rail), 20 + 24 + 1.25);
+  EXPECT_DOUBLE_EQ(algorithms::nodeNetworkGBps({3}, rate, rail), 1.25);
 }
 
 }  // namespace
-}  // namespace strata::core
+}  // namespace strata::topology

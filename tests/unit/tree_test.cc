@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "algorithms/tree.h"
+#include "algorithms/tree/tree.h"
 
 namespace strata::algorithms {
 namespace {

@@ -1,4 +1,4 @@
-#include "algorithms/tree.h"
+#include "algorithms/tree/tree.h"
 
 #include <initializer_list>
 

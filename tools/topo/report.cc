@@ -1,14 +1,16 @@
-#include "topology/report.h"
+#include "topo/report.h"
 
 #include <sstream>
 
-#include "algorithms/tree.h"
+#include "algorithms/tree/tree.h"
 #include "base/error.h"
 
-namespace strata::topology {
+namespace strata::tools {
+
+using namespace strata::topology;
+using namespace strata::algorithms;
 namespace {
 
-using algorithms::collectiveName;
 
 // The devices a reader cares about: GPUs, CPUs, network ports.
 std::vector<int> endpoints(const System& sys) {
@@ -79,16 +81,6 @@ std::string jsonString(const std::string& s) {
 
 }  // namespace
 
-std::string sizeLabel(size_t b) {
-  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && b % 1024 == 0 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  return std::to_string(b) + " " + units[u];
-}
-
 std::string textReport(const std::string& source, const System& sys, const Plan& plan, int nodes,
                        const std::vector<Prediction>& preds) {
   std::ostringstream os;
@@ -100,11 +92,8 @@ std::string textReport(const std::string& source, const System& sys, const Plan&
   os << "\n== Plan ==\n";
   writeGroups(os, sys, plan, nodes);
   os << "\n== Predictions ==\n";
-  os << format("%-14s %9s %-13s %-7s %12s %10s %10s  %s\n", "collective", "bytes", "algorithm", "proto", "time_us",
-               "algbw", "busbw", "bound by");
-  for (const Prediction& p : preds)
-    os << format("%-14s %9s %-13s %-7s %12.1f %10.2f %10.2f  %s\n", collectiveName(p.coll), sizeLabel(p.bytes).c_str(),
-                 p.algorithm.c_str(), p.protocol.c_str(), p.us, p.algbwGBps, p.busbwGBps, p.bound.c_str());
+  os << predictionHeader() << "\n";
+  for (const Prediction& p : preds) os << predictionLine(p) << "\n";
   return os.str();
 }
 
@@ -179,4 +168,4 @@ std::string compareReport(const std::string& aName, const Plan& a, const std::ve
   return os.str();
 }
 
-}  // namespace strata::topology
+}  // namespace strata::tools

@@ -3,10 +3,10 @@
 #include <cstring>
 
 #include "base/error.h"
-#include "core/tasks.h"
+#include "algorithms/one_shot/one_shot_task.h"
 #include "device/dtypes.h"
 
-namespace strata::core {
+namespace strata::algorithms::one_shot {
 namespace {
 
 inline uint64_t loadWord(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
@@ -91,7 +91,7 @@ class LlOneShotTask final : public Task {
         memcpy(into + 4 * got, &v, 4);
       }
       if (got < words) {
-        blocked_.on(j, (*a_.from)[j]);
+        blocked_.on(j, a_.from[j]);
         all = false;
       }
     }
@@ -116,4 +116,4 @@ std::unique_ptr<Task> makeLlOneShotTask(const OneShotArgs& args, LlMesh* ll) {
   return std::make_unique<LlOneShotTask>(args, ll);
 }
 
-}  // namespace strata::core
+}  // namespace strata::algorithms::one_shot

@@ -9,24 +9,27 @@
 #include <vector>
 
 #include "algorithms/collective.h"
-#include "algorithms/tree.h"
+#include "algorithms/tree/tree.h"
 #include "base/error.h"
 #include "topology/discover.h"
-#include "topology/predict.h"
-#include "topology/report.h"
+#include "algorithms/predict.h"
+#include "topo/report.h"
 
 using namespace strata;
 using namespace strata::topology;
+using namespace strata::algorithms;
+using namespace strata::tools;
 
 namespace {
 
 const char kUsage[] =
-    "usage: strata-topo [--topo FILE|PRESET] [--nodes N] [--ranks-per-node R] [--json] [--dump FILE]\n"
+    "usage: strata-topo [--topo FILE|PRESET] [--nodes N] [--ranks-per-node R] [--threads] [--json] [--dump FILE]\n"
     "                   [--compare FILE|PRESET] [--algo LIST] [--proto LIST] [--p2p-level LEVEL] [--p2p-disable]\n"
     "  --topo        NCCL topology XML, or a preset name (a100, a800, h100, h800, rtx4090, cpu-2socket);\n"
     "                default: this machine, discovered with hwloc and NVML\n"
     "  --nodes       nodes alike (default 1)\n"
     "  --ranks-per-node  ranks on each node (default: one per GPU; without GPUs one per core, at most 8)\n"
+    "  --threads     host ranks are threads of one process (as all_reduce_perf -t); default: processes\n"
     "  --json        one JSON object instead of tables\n"
     "  --dump        write the topology as NCCL XML to FILE\n"
     "  --compare     show where the plan and choices differ from another topology's, and why\n"
@@ -66,6 +69,7 @@ Args parseArgs(int argc, char** argv) {
     else if (f == "--nodes") a.nodes = intArg("--nodes", take().c_str());
     else if (f == "--ranks-per-node") a.plan.ranksPerNode = intArg("--ranks-per-node", take().c_str());
     else if (f == "--json") a.json = true;
+    else if (f == "--threads") a.plan.threads = true;
     else if (f == "--p2p-disable") a.plan.p2pDisable = true;
     else if (f == "--p2p-level") {
       std::string l = take();

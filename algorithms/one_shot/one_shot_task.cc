@@ -2,16 +2,16 @@
 #include <cstring>
 
 #include "base/error.h"
-#include "core/tasks.h"
+#include "algorithms/one_shot/one_shot_task.h"
 #include "device/dtypes.h"
 
-namespace strata::core {
+namespace strata::algorithms::one_shot {
 namespace {
 
 class OneShotTask final : public Task {
  public:
   explicit OneShotTask(const OneShotArgs& a)
-      : a_(a), to_(*a.to), from_(*a.from), n_(static_cast<int>(to_.size())), esize_(device::dtypeSize(a.type)),
+      : a_(a), to_(a_.to), from_(a_.from), n_(static_cast<int>(to_.size())), esize_(device::dtypeSize(a.type)),
         in_(n_) {
     chunk_ = std::max<size_t>(1, a.chunkBytes / esize_);
   }
@@ -96,4 +96,4 @@ class OneShotTask final : public Task {
 
 std::unique_ptr<Task> makeOneShotTask(const OneShotArgs& args) { return std::make_unique<OneShotTask>(args); }
 
-}  // namespace strata::core
+}  // namespace strata::algorithms::one_shot

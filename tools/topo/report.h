@@ -5,9 +5,14 @@
 #include <string>
 #include <vector>
 
-#include "topology/predict.h"
+#include "algorithms/predict.h"
+#include "topology/system.h"
 
-namespace strata::topology {
+namespace strata::tools {
+
+using algorithms::Prediction;
+using topology::Plan;
+using topology::System;
 
 std::string textReport(const std::string& source, const System& sys, const Plan& plan, int nodes,
                        const std::vector<Prediction>& preds);
@@ -17,7 +22,5 @@ std::string jsonReport(const std::string& source, const System& sys, const Plan&
 std::string compareReport(const std::string& aName, const Plan& a, const std::vector<Prediction>& aPreds,
                           const std::string& bName, const Plan& b, const std::vector<Prediction>& bPreds);
 
-// "8 B", "64 KiB", "8 GiB".
-std::string sizeLabel(size_t bytes);
 
-}  // namespace strata::topology
+}  // namespace strata::tools

@@ -1,4 +1,4 @@
-#include "algorithms/ring_schedule.h"
+#include "algorithms/ring/ring_schedule.h"
 
 #include <algorithm>
 

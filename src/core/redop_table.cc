@@ -2,7 +2,7 @@
 #include <cstring>
 
 #include "base/error.h"
-#include "core/communicator.h"
+#include "core/redop_table.h"
 #include "device/dtypes.h"
 #include "device/gpu.h"
 
@@ -29,42 +29,42 @@ void readScalar(const void* p, ncclDataType_t type, device::ReduceOp* op) {
 
 }  // namespace
 
-ncclRedOp_t Communicator::createPreMulSum(const void* scalar, ncclDataType_t type, ncclScalarResidence_t residence) {
+ncclRedOp_t RedOpTable::createPreMulSum(const void* scalar, ncclDataType_t type, ncclScalarResidence_t residence) {
   UserOp u{type, residence, {}, scalar, true};
   u.op.kind = device::ReduceKind::kSum;
   u.op.preMultiply = true;
   if (residence == ncclScalarHostImmediate) readScalar(scalar, type, &u.op);
-  std::lock_guard<std::mutex> lock(opsMutex_);
-  for (size_t i = 0; i < userOps_.size(); ++i) {
-    if (!userOps_[i].live) {  // reuse freed ids so create/destroy loops do not grow the table
-      userOps_[i] = u;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    if (!ops_[i].live) {  // reuse freed ids so create/destroy loops do not grow the table
+      ops_[i] = u;
       return static_cast<ncclRedOp_t>(ncclNumOps + i);
     }
   }
-  STRATA_REQUIRE(userOps_.size() < 1u << 20, ncclInvalidUsage,
+  STRATA_REQUIRE(ops_.size() < 1u << 20, ncclInvalidUsage,
                  "ncclRedOpCreatePreMulSum: rank %d has 2^20 live ops; destroy some with ncclRedOpDestroy", rank_);
-  userOps_.push_back(u);
-  return static_cast<ncclRedOp_t>(ncclNumOps + userOps_.size() - 1);
+  ops_.push_back(u);
+  return static_cast<ncclRedOp_t>(ncclNumOps + ops_.size() - 1);
 }
 
-bool Communicator::isUserOp(ncclRedOp_t op) const {
-  std::lock_guard<std::mutex> lock(opsMutex_);
+bool RedOpTable::isUserOp(ncclRedOp_t op) const {
+  std::lock_guard<std::mutex> lock(mu_);
   size_t i = static_cast<size_t>(op) - ncclNumOps;
-  return op >= ncclNumOps && i < userOps_.size() && userOps_[i].live;
+  return op >= ncclNumOps && i < ops_.size() && ops_[i].live;
 }
 
-void Communicator::destroyRedOp(ncclRedOp_t op) {
+void RedOpTable::destroy(ncclRedOp_t op) {
   STRATA_REQUIRE(isUserOp(op), ncclInvalidArgument,
                  "ncclRedOpDestroy: rank %d: op %d was not created by ncclRedOpCreatePreMulSum on this communicator "
                  "(or was already destroyed)",
                  rank_, static_cast<int>(op));
-  std::lock_guard<std::mutex> lock(opsMutex_);
-  userOps_[op - ncclNumOps].live = false;
+  std::lock_guard<std::mutex> lock(mu_);
+  ops_[op - ncclNumOps].live = false;
 }
 
 // Everything about an op but a device scalar's value, which is read when the
 // operation runs; validates a user op against the datatype.
-OpDesc::Pinned Communicator::pin(ncclRedOp_t op, ncclDataType_t type, const char* fn) const {
+OpDesc::Pinned RedOpTable::pin(ncclRedOp_t op, ncclDataType_t type, const char* fn) const {
   OpDesc::Pinned p;
   p.set = true;
   switch (op) {
@@ -74,14 +74,14 @@ OpDesc::Pinned Communicator::pin(ncclRedOp_t op, ncclDataType_t type, const char
     case ncclMin: p.op.kind = device::ReduceKind::kMin; return p;
     case ncclAvg:
       p.op.kind = device::ReduceKind::kSum;
-      p.op.postDivide = nranks();
+      p.op.postDivide = nranks_;
       return p;
     default: break;
   }
   STRATA_REQUIRE(isUserOp(op), ncclInvalidArgument, "%s: rank %d: unknown reduction op %d", fn, rank_,
                  static_cast<int>(op));
-  std::lock_guard<std::mutex> lock(opsMutex_);
-  const UserOp& u = userOps_[op - ncclNumOps];
+  std::lock_guard<std::mutex> lock(mu_);
+  const UserOp& u = ops_[op - ncclNumOps];
   STRATA_REQUIRE(u.type == type, ncclInvalidArgument,
                  "%s: rank %d: op %d was created for %s but is used with %s", fn, rank_, static_cast<int>(op),
                  device::dtypeName(u.type), device::dtypeName(type));
@@ -90,16 +90,16 @@ OpDesc::Pinned Communicator::pin(ncclRedOp_t op, ncclDataType_t type, const char
   return p;
 }
 
-device::ReduceOp Communicator::resolveOp(ncclRedOp_t op, ncclDataType_t type, const char* fn) const {
+device::ReduceOp RedOpTable::resolve(ncclRedOp_t op, ncclDataType_t type, const char* fn) const {
   OpDesc::Pinned p = pin(op, type, fn);
   if (p.deviceScalar) readScalar(p.deviceScalar, type, &p.op);
   return p.op;
 }
 
-OpDesc::Pinned Communicator::pinOp(const OpDesc& op) const { return pin(op.op, op.type, op.fn); }
+OpDesc::Pinned RedOpTable::pin(const OpDesc& op) const { return pin(op.op, op.type, op.fn); }
 
-device::ReduceOp Communicator::opFor(const OpDesc& op) const {
-  if (!op.pinned.set) return resolveOp(op.op, op.type, op.fn);
+device::ReduceOp RedOpTable::opFor(const OpDesc& op) const {
+  if (!op.pinned.set) return resolve(op.op, op.type, op.fn);
   device::ReduceOp r = op.pinned.op;
   if (op.pinned.deviceScalar) readScalar(op.pinned.deviceScalar, op.type, &r);
   return r;

@@ -2,10 +2,10 @@
 #include <cstring>
 
 #include "base/error.h"
-#include "core/tasks.h"
+#include "algorithms/tree/tree_task.h"
 #include "device/dtypes.h"
 
-namespace strata::core {
+namespace strata::algorithms::tree {
 namespace {
 
 class TreeTask final : public Task {
@@ -116,4 +116,4 @@ class TreeTask final : public Task {
 
 std::unique_ptr<Task> makeTreeTask(const TreeTaskArgs& args) { return std::make_unique<TreeTask>(args); }
 
-}  // namespace strata::core
+}  // namespace strata::algorithms::tree

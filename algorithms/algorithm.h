@@ -1,0 +1,137 @@
+// What an algorithm is, and the one view of the executor it plans through.
+//
+// An algorithm says which collectives and protocols it serves, where it applies,
+// what it costs (for the tuner), and how it runs: its plan names the links each
+// rank needs (by peer and purpose) and queues tasks on lanes. It never names a
+// transport; the executor opens the links and progresses the tasks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <typeindex>
+#include <vector>
+
+#include "algorithms/collective.h"
+#include "algorithms/rank_layout.h"
+#include "algorithms/task.h"
+#include "algorithms/tuner.h"
+#include "device/cpu_reduce.h"
+#include "nccl.h"
+#include "transports/transport.h"
+
+namespace strata::algorithms {
+
+// One operation as an algorithm runs it: host buffers, counts per NCCL's
+// convention for the call, and the reduction already resolved.
+struct CollectiveOp {
+  enum class Kind { kCollective, kSend, kRecv };
+  Kind kind = Kind::kCollective;
+  Collective coll = Collective::kAllReduce;
+  const char* fn = "";  // API name, for messages
+  const void* sendbuff = nullptr;
+  void* recvbuff = nullptr;
+  size_t count = 0;
+  ncclDataType_t type = ncclFloat32;
+  int root = 0;         // root of rooted collectives, peer of a send or receive
+  device::ReduceOp op;  // for reducing collectives
+  size_t bytes = 0;     // nccl-tests' size of the operation (the tuner's input)
+};
+
+// A link is one one-way connection to a peer for one purpose. Ids are hashes of
+// the purpose's name and an index (linkId("ring", channel)), the same on every
+// rank, so no algorithm splits a range of numbers by hand.
+struct LinkKey {
+  int peer = -1;
+  uint64_t id = 0;
+  bool operator<(const LinkKey& o) const { return peer != o.peer ? peer < o.peer : id < o.id; }
+  bool operator==(const LinkKey& o) const { return peer == o.peer && id == o.id; }
+};
+uint64_t linkId(const char* purpose, int index = 0);
+
+// Staging geometry of a link; zeros mean the communicator's default
+// (NCCL_BUFFSIZE split into STRATA_NSLOTS slots).
+struct LinkShape {
+  size_t slotBytes = 0;
+  int slots = 0;
+};
+
+// The open links a task works on, handed to task factories.
+class Links {
+ public:
+  virtual ~Links() = default;
+  virtual transport::SendConnection& send(const LinkKey& k) = 0;
+  virtual transport::RecvConnection& recv(const LinkKey& k) = 0;
+  // A shared region pair with a peer (needRegion): the one this rank owns and the
+  // peer stores into, and the peer's one that this rank stores into.
+  virtual transport::SharedRegion& regionIn(const LinkKey& k) = 0;
+  virtual transport::SharedRegion& regionOut(const LinkKey& k) = 0;
+};
+
+using TaskFactory = std::function<std::unique_ptr<Task>(Links&)>;
+
+// Lanes: tasks of one lane run in call order (they share connections); lanes
+// run side by side. A lane is named like a link.
+struct LaneKey {
+  uint64_t id = 0;
+  int index = 0;
+  bool operator<(const LaneKey& o) const { return id != o.id ? id < o.id : index < o.index; }
+};
+
+// What a plan may ask of the executor, for one communicator.
+class PlanContext {
+ public:
+  virtual ~PlanContext() = default;
+  virtual const RankLayout& layout() const = 0;
+  virtual size_t slotBytes() const = 0;
+  // Ring channels this communicator may use, and the fewest a plan should use.
+  virtual int maxChannels() const = 0;
+  virtual int minChannels() const = 0;
+  // Links opened before any task of the group is made (both ends must ask in the same group).
+  virtual void needSend(const LinkKey& k, LinkShape shape = {}) = 0;
+  virtual void needRecv(const LinkKey& k, LinkShape shape = {}) = 0;
+  // A pair of zero-filled shared regions of `bytes` with the peer (every rank
+  // that asks must be asked by the peer too): needs memory both ends map.
+  virtual void needRegion(const LinkKey& k, size_t bytes) = 0;
+  virtual void addTask(LaneKey lane, TaskFactory make) = 0;
+  // A rank's send to itself and its receive from itself meet in call order.
+  virtual void selfSend(const char* fn, const void* buf, size_t bytes) = 0;
+  virtual void selfRecv(const char* fn, void* buf, size_t bytes) = 0;
+  // Memory that lives until the group has run.
+  virtual char* scratch(size_t bytes) = 0;
+  // State an algorithm keeps per communicator across operations (made on first use).
+  template <typename T>
+  T& state() {
+    std::shared_ptr<void>& slot = stateSlot(std::type_index(typeid(T)));
+    if (!slot) slot = std::make_shared<T>();
+    return *static_cast<T*>(slot.get());
+  }
+
+ protected:
+  virtual std::shared_ptr<void>& stateSlot(std::type_index type) = 0;
+};
+
+class Algorithm {
+ public:
+  virtual ~Algorithm() = default;
+  // NCCL_ALGO's name: "Ring", "Tree", ...
+  virtual const char* name() const = 0;
+  virtual bool serves(Collective c) const = 0;
+  virtual std::vector<Protocol> protocols() const { return {Protocol::kSimple}; }
+  // False for how point-to-point work is done: not a choice NCCL_ALGO makes.
+  virtual bool selectable() const { return true; }
+  // Constraints beyond the collective (several nodes of equal size, ...).
+  virtual bool applies(const TuneRequest&) const { return true; }
+  virtual double costUs(const TuneRequest& r, Protocol p) const = 0;
+  virtual void plan(PlanContext& ctx, const CollectiveOp& op, Protocol p) const = 0;
+  // Links worth opening when the communicator is made, before any operation.
+  virtual void warmUp(PlanContext&) const {}
+};
+
+// Every algorithm this build has, in the order ties are broken (registry.cc).
+const std::vector<const Algorithm*>& registry();
+// The algorithm named `name`, or null.
+const Algorithm* findAlgorithm(const char* name);
+
+}  // namespace strata::algorithms

@@ -1,0 +1,101 @@
+// Pairwise transfers: ncclSend/ncclRecv, and all-to-all, gather and scatter as
+// one send and one receive per peer pair plus the local piece. Not a choice
+// NCCL_ALGO makes: it is how point-to-point work is done.
+#include <cstring>
+
+#include "algorithms/algorithm.h"
+#include "algorithms/common/cost_model.h"
+#include "algorithms/pairwise/p2p_task.h"
+#include "device/dtypes.h"
+
+namespace strata::algorithms::pairwise {
+namespace {
+
+bool overlaps(const void* a, const void* b, size_t bytes) {
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return x < y + bytes && y < x + bytes;
+}
+
+void addSend(PlanContext& ctx, const char* fn, const char* buf, size_t bytes, int peer) {
+  const RankLayout& l = ctx.layout();
+  if (peer == l.rank) return ctx.selfSend(fn, buf, bytes);
+  LinkKey k{peer, linkId("p2p")};
+  ctx.needSend(k);
+  P2pTaskArgs a{fn, l.rank, peer, const_cast<char*>(buf), bytes, nullptr, nullptr};
+  ctx.addTask({linkId("p2p.send"), peer}, [a, k](Links& ln) mutable {
+    a.send = &ln.send(k);
+    return makeP2pTask(a);
+  });
+}
+
+void addRecv(PlanContext& ctx, const char* fn, char* buf, size_t bytes, int peer) {
+  const RankLayout& l = ctx.layout();
+  if (peer == l.rank) return ctx.selfRecv(fn, buf, bytes);
+  LinkKey k{peer, linkId("p2p")};
+  ctx.needRecv(k);
+  P2pTaskArgs a{fn, l.rank, peer, buf, bytes, nullptr, nullptr};
+  ctx.addTask({linkId("p2p.recv"), peer}, [a, k](Links& ln) mutable {
+    a.recv = &ln.recv(k);
+    return makeP2pTask(a);
+  });
+}
+
+class Pairwise final : public Algorithm {
+ public:
+  const char* name() const override { return "Pairwise"; }
+  bool serves(Collective c) const override { return !traits(c).scheduled; }
+  bool selectable() const override { return false; }
+
+  // Every rank exchanges with its peers concurrently.
+  double costUs(const TuneRequest& r, Protocol) const override {
+    int n = r.nranks;
+    const LinkModel l = slowestLink(r);
+    double wireBytes = r.coll == Collective::kSendRecv ? r.bytes : static_cast<double>(n - 1) / n * r.bytes;
+    return l.latencyUs * (n > 1 ? n - 1 : 1) + transferUs(wireBytes, l);
+  }
+
+  void plan(PlanContext& ctx, const CollectiveOp& op, Protocol) const override {
+    int n = ctx.layout().nranks, r = ctx.layout().rank;
+    size_t piece = op.count * device::dtypeSize(op.type);
+    const char* src = static_cast<const char*>(op.sendbuff);
+    char* dst = static_cast<char*>(op.recvbuff);
+    if (op.kind == CollectiveOp::Kind::kSend) return addSend(ctx, op.fn, src, piece, op.root);
+    if (op.kind == CollectiveOp::Kind::kRecv) return addRecv(ctx, op.fn, dst, piece, op.root);
+    switch (op.coll) {
+      case Collective::kAllToAll:
+        if (overlaps(src, dst, piece * n)) {  // in place: send from a copy of the input
+          char* copy = ctx.scratch(piece * n);
+          memcpy(copy, src, piece * n);
+          src = copy;
+        }
+        for (int j = 0; j < n; ++j) {
+          if (j == r) continue;
+          addSend(ctx, op.fn, src + j * piece, piece, j);
+          addRecv(ctx, op.fn, dst + j * piece, piece, j);
+        }
+        memcpy(dst + r * piece, src + r * piece, piece);
+        break;
+      case Collective::kGather:
+        if (r != op.root) return addSend(ctx, op.fn, src, piece, op.root);
+        for (int j = 0; j < n; ++j)
+          if (j != r) addRecv(ctx, op.fn, dst + j * piece, piece, j);
+        if (dst + r * piece != src) memmove(dst + r * piece, src, piece);
+        break;
+      default:  // scatter
+        if (r != op.root) return addRecv(ctx, op.fn, dst, piece, op.root);
+        for (int j = 0; j < n; ++j)
+          if (j != r) addSend(ctx, op.fn, src + j * piece, piece, j);
+        if (dst != src + r * piece) memmove(dst, src + r * piece, piece);
+        break;
+    }
+  }
+};
+
+}  // namespace
+
+const Algorithm& algorithm() {
+  static const Pairwise pairwise;
+  return pairwise;
+}
+
+}  // namespace strata::algorithms::pairwise

@@ -1,0 +1,37 @@
+// Every algorithm of this build: one line each in kAlgorithms, in the order
+// the tuner breaks ties.
+#include <cstring>
+
+#include "algorithms/algorithm.h"
+#include "base/peer_info.h"
+
+#define STRATA_ALGORITHMS(X) X(ring) X(tree) X(hierarchical) X(leaders) X(one_shot) X(pairwise)
+
+namespace strata::algorithms {
+
+#define STRATA_DECLARE(ns) \
+  namespace ns {           \
+  const Algorithm& algorithm(); \
+  }
+STRATA_ALGORITHMS(STRATA_DECLARE)
+#undef STRATA_DECLARE
+
+const std::vector<const Algorithm*>& registry() {
+#define STRATA_ENTRY(ns) &ns::algorithm(),
+  static const std::vector<const Algorithm*> all = {STRATA_ALGORITHMS(STRATA_ENTRY)};
+#undef STRATA_ENTRY
+  return all;
+}
+
+const Algorithm* findAlgorithm(const char* name) {
+  for (const Algorithm* a : registry())
+    if (strcmp(a->name(), name) == 0) return a;
+  return nullptr;
+}
+
+uint64_t linkId(const char* purpose, int index) {
+  uint64_t h = hashBytes(purpose, strlen(purpose));
+  return hashBytes(&index, sizeof index, h);
+}
+
+}  // namespace strata::algorithms

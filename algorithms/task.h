@@ -1,0 +1,52 @@
+// The units of work the executor progresses. A task never blocks: it moves as
+// far as its connections allow and says what it waits for.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "transports/transport.h"
+
+namespace strata::algorithms {
+
+class Task {
+ public:
+  virtual ~Task() = default;
+  // Moves as far as possible without waiting; true if anything moved. Throws on a protocol error.
+  virtual bool progress() = 0;
+  virtual bool done() const = 0;
+  // The rank this task waits for, and whether that rank gave up.
+  virtual int waitingOn() const = 0;
+  virtual bool peerAborted() const = 0;
+  // The API call this task belongs to, for messages.
+  virtual const char* fn() const = 0;
+};
+
+// What a task last waited for: one rank and one connection. Only that
+// connection's peer giving up ends the task: a peer that finished its part and
+// destroyed its communicator has aborted its connections, but a task that no
+// longer needs that peer must not fail for it.
+struct Blocker {
+  int peer = -1;
+  const transport::SendConnection* send = nullptr;
+  const transport::RecvConnection* recv = nullptr;
+  void on(int p, const transport::SendConnection* c) {
+    peer = p;
+    send = c;
+    recv = nullptr;
+  }
+  void on(int p, const transport::RecvConnection* c) {
+    peer = p;
+    recv = c;
+    send = nullptr;
+  }
+  bool aborted() const { return send ? send->peerAborted() : recv && recv->peerAborted(); }
+};
+
+// Runs a list of phases over pieces of one operation as a pipeline: phase k of
+// piece p starts once phase k-1 of piece p and phase k of piece p-1 are done
+// (each phase keeps its own connections, so pieces stay in order on every one).
+// tasks[p][k] is piece p's phase k.
+std::unique_ptr<Task> makePipelineTask(std::vector<std::vector<std::unique_ptr<Task>>> tasks);
+
+}  // namespace strata::algorithms

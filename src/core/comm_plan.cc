@@ -1,0 +1,45 @@
+#include "core/comm_plan.h"
+
+#include <cstring>
+
+#include "base/config.h"
+#include "base/error.h"
+
+namespace strata::core {
+
+int CommPlan::minChannels() const { return config().minChannels; }
+
+void CommPlan::addTask(algorithms::LaneKey lane, algorithms::TaskFactory make) {
+  pending_.push_back({lane, std::move(make)});
+}
+
+void CommPlan::selfSend(const char* fn, const void* buf, size_t bytes) {
+  selfSends_.push_back({fn, const_cast<char*>(static_cast<const char*>(buf)), bytes});
+}
+
+void CommPlan::selfRecv(const char* fn, void* buf, size_t bytes) {
+  selfRecvs_.push_back({fn, static_cast<char*>(buf), bytes});
+}
+
+char* CommPlan::scratch(size_t bytes) {
+  scratch_.emplace_back(new char[bytes]);
+  return scratch_.back().get();
+}
+
+void CommPlan::matchSelfCopies() {
+  size_t pairs = std::min(selfSends_.size(), selfRecvs_.size());
+  for (size_t i = 0; i < pairs; ++i) {
+    const SelfCopy &s = selfSends_[i], &r = selfRecvs_[i];
+    STRATA_REQUIRE(s.bytes == r.bytes, ncclInvalidUsage,
+                   "%s: rank %d sends %zu bytes to itself but its matching receive expects %zu", s.fn, comm_.rank(),
+                   s.bytes, r.bytes);
+    if (s.ptr != r.ptr) memmove(r.ptr, s.ptr, s.bytes);
+  }
+  bool extraRecv = selfRecvs_.size() > pairs;
+  STRATA_REQUIRE(selfSends_.size() == selfRecvs_.size(), ncclInvalidUsage,
+                 "%s: rank %d has a %s to itself with no matching %s in the same group",
+                 (extraRecv ? selfRecvs_ : selfSends_)[pairs].fn, comm_.rank(), extraRecv ? "ncclRecv" : "ncclSend",
+                 extraRecv ? "ncclSend" : "ncclRecv");
+}
+
+}  // namespace strata::core

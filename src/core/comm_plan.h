@@ -1,0 +1,72 @@
+// The executor's side of planning for one communicator of a group: what the
+// algorithms asked for (links, regions, tasks by lane, self copies, scratch),
+// then the links opened through the communicator's pool.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "algorithms/algorithm.h"
+#include "core/communicator.h"
+
+namespace strata::core {
+
+class CommPlan final : public algorithms::PlanContext, public algorithms::Links {
+ public:
+  explicit CommPlan(Communicator& comm) : comm_(comm) {}
+
+  // PlanContext
+  const algorithms::RankLayout& layout() const override { return comm_.layout(); }
+  size_t slotBytes() const override { return comm_.slotBytes(); }
+  int maxChannels() const override { return comm_.numChannels(); }
+  int minChannels() const override;
+  void needSend(const LinkKey& k, LinkShape shape) override { sends_[k] = shape; }
+  void needRecv(const LinkKey& k, LinkShape shape) override { recvs_[k] = shape; }
+  void needRegion(const LinkKey& k, size_t bytes) override { regions_[k] = bytes; }
+  void addTask(algorithms::LaneKey lane, algorithms::TaskFactory make) override;
+  void selfSend(const char* fn, const void* buf, size_t bytes) override;
+  void selfRecv(const char* fn, void* buf, size_t bytes) override;
+  char* scratch(size_t bytes) override;
+
+  // Links
+  transport::SendConnection& send(const LinkKey& k) override { return comm_.pool().send(k); }
+  transport::RecvConnection& recv(const LinkKey& k) override { return comm_.pool().recv(k); }
+  transport::SharedRegion& regionIn(const LinkKey& k) override { return comm_.pool().regionIn(k); }
+  transport::SharedRegion& regionOut(const LinkKey& k) override { return comm_.pool().regionOut(k); }
+
+  Communicator& comm() { return comm_; }
+  // Phase 1 and 2 of opening what the plans need (see ConnectionPool).
+  void listen() { comm_.pool().listen(recvs_, regions_); }
+  void connect() { comm_.pool().connect(sends_, regions_); }
+  void openLinks() {
+    listen();
+    connect();
+  }
+  // Copies a rank's sends to itself into its receives from itself, in call order.
+  void matchSelfCopies();
+  // The tasks, by lane, in call order; made once the links are open.
+  struct Pending {
+    algorithms::LaneKey lane;
+    algorithms::TaskFactory make;
+  };
+  std::vector<Pending>& pending() { return pending_; }
+
+ protected:
+  std::shared_ptr<void>& stateSlot(std::type_index type) override { return comm_.algorithmState(type); }
+
+ private:
+  struct SelfCopy {
+    const char* fn;
+    char* ptr;
+    size_t bytes;
+  };
+  Communicator& comm_;
+  std::map<LinkKey, LinkShape> sends_, recvs_;
+  std::map<LinkKey, size_t> regions_;
+  std::vector<Pending> pending_;
+  std::vector<SelfCopy> selfSends_, selfRecvs_;
+  std::vector<std::unique_ptr<char[]>> scratch_;
+};
+
+}  // namespace strata::core

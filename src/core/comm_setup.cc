@@ -1,0 +1,274 @@
+// Making a communicator: describing this rank, the rendezvous, the plan of
+// every node from its topology (the one strata-topo shows), the rank layout,
+// the tuner's inputs, and the links the algorithms want at once.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "algorithms/predict.h"
+#include "base/config.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/shm_segment.h"
+#include "core/comm_plan.h"
+#include "core/communicator.h"
+#include "core/device_direct.h"
+#include "device/gpu.h"
+#include "topology/local.h"
+
+namespace strata::core {
+namespace {
+
+constexpr double kDefaultNetGBps = 1.25;  // an interface that reports no speed: 10 Gb/s
+
+void copyString(char* dst, size_t cap, const std::string& s) {
+  size_t n = std::min(cap - 1, s.size());
+  memcpy(dst, s.data(), n);
+  dst[n] = '\0';
+}
+
+// Ends a bootstrap wait once the handle is aborted (during init, or a split later).
+WaitCheck abortCheck(const AbortSignal* aborted, int rank) {
+  return [aborted, rank] {
+    if (const char* by = aborted ? aborted->load() : nullptr)
+      fail(ncclInvalidUsage, "rank %d: the communicator was stopped while it initialised: %s was called on another thread",
+           rank, by);
+  };
+}
+
+// What a rank tells the others about its node's plan: its node's ranks in ring
+// order and the link model inside the node ("r,r,...;latencyUs;GBps;staged;launchUs").
+std::string nodeSummary(const std::vector<int>& local, const topology::Plan& plan) {
+  std::ostringstream os;
+  for (size_t i = 0; i < plan.ring.size(); ++i) os << (i ? "," : "") << local[plan.ring[i]];
+  os << ";" << plan.intra.latencyUs << ";" << plan.intra.bandwidthGBps << ";" << (plan.staged ? 1 : 0) << ";"
+     << plan.launchUs;
+  return os.str();
+}
+
+struct NodeSummary {
+  std::vector<int> ring;
+  algorithms::LinkModel intra;
+  bool staged = false;
+  double launchUs = 0;
+};
+
+NodeSummary parseSummary(const std::string& s, int from) {
+  NodeSummary n;
+  std::vector<std::string> parts;
+  std::stringstream ss(s);
+  for (std::string p; std::getline(ss, p, ';');) parts.push_back(p);
+  STRATA_REQUIRE(parts.size() == 5, ncclInternalError, "rank %d sent a malformed node plan '%s'", from, s.c_str());
+  std::stringstream ring(parts[0]);
+  for (std::string r; std::getline(ring, r, ',');) n.ring.push_back(std::stoi(r));
+  n.intra = {std::stod(parts[1]), std::stod(parts[2])};
+  n.staged = parts[3] == "1";
+  n.launchUs = std::stod(parts[4]);
+  return n;
+}
+
+}  // namespace
+
+PeerInfo Communicator::describeSelf(int rank, const CommOptions& opts, std::shared_ptr<Doorbell>* bell) {
+  static std::once_flag sweep;
+  std::call_once(sweep, removeStaleSegments);
+  PeerInfo self;
+  self.rank = rank;
+  self.pid = getpid();
+  self.device = opts.device;
+  copyString(self.busId, sizeof(self.busId), device::gpuBusId(opts.device));
+  self.hostHash = hostIdentity(nullptr);
+  self.processHash = processIdentity();
+  self.machineHash = machineIdentity();
+  self.listenAddr = PostOffice::instance().address();
+  self.numaNode = topology::currentNumaNode();
+  auto topo = topology::localTopology(config().topoFile);  // throws for a bad NCCL_TOPO_FILE
+  int cpu = topology::cpuForNuma(topo->sys, self.numaNode);
+  std::vector<int> rails = topo->fromFile ? topology::nearestNets(topo->sys, cpu) : std::vector<int>{};
+  if (config().netGBps > 0) {
+    self.netGBps = config().netGBps;
+  } else if (!rails.empty()) {
+    // The file describes this node's NICs: equally near ones are spread over consecutive ranks.
+    self.rail = rails[rank % rails.size()];
+    self.netGBps = topology::railTo(topo->sys, cpu, self.rail).second;
+  } else {
+    std::string ifname;
+    chooseInterfaceAddress(config().socketIfname, &ifname);
+    self.netGBps = interfaceSpeedGBps(ifname);
+  }
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  copyString(self.hostname, sizeof(self.hostname), host);
+  *bell = Doorbell::create();
+  copyString(self.bellName, sizeof(self.bellName), (*bell)->name());
+  return self;
+}
+
+std::unique_ptr<Communicator> Communicator::fromRoot(const std::vector<UniqueIdLayout>& ids, int nranks, int rank,
+                                                     const CommOptions& opts, const AbortSignal* aborted) {
+  std::unique_ptr<Communicator> comm(new Communicator());
+  PeerInfo self = describeSelf(rank, opts, &comm->bell_);
+  std::vector<PeerInfo> peers = rendezvous(ids, nranks, self);
+  std::vector<SockAddr> addrs;
+  for (const PeerInfo& p : peers) addrs.push_back(p.listenAddr);
+  WaitCheck check = abortCheck(aborted, rank);
+  comm->setup(std::move(peers), std::make_unique<Bootstrap>(ids[0].magic, rank, std::move(addrs), check), opts);
+  comm->bootstrap_->setCheck({});  // from now on stop() ends its waits, with the reason
+  return comm;
+}
+
+std::unique_ptr<Communicator> Communicator::fromParent(uint64_t magic, int rank, std::vector<SockAddr> addrs,
+                                                       const CommOptions& opts, const AbortSignal* aborted,
+                                                       WaitCheck parentCheck) {
+  std::unique_ptr<Communicator> comm(new Communicator());
+  PeerInfo self = describeSelf(rank, opts, &comm->bell_);
+  WaitCheck own = abortCheck(aborted, rank);
+  WaitCheck during = [own = std::move(own), parentCheck] {
+    own();
+    if (parentCheck) parentCheck();
+  };
+  auto bootstrap = std::make_unique<Bootstrap>(magic, rank, std::move(addrs), during);
+  std::string mine(reinterpret_cast<const char*>(&self), sizeof(self));
+  std::vector<PeerInfo> peers;
+  for (const std::string& blob : bootstrap->allGather(mine)) {
+    PeerInfo p;
+    STRATA_REQUIRE(blob.size() == sizeof(p), ncclInternalError, "rank %d: peer info of %zu bytes", rank, blob.size());
+    memcpy(static_cast<void*>(&p), blob.data(), sizeof(p));
+    peers.push_back(p);
+  }
+  comm->setup(std::move(peers), std::move(bootstrap), opts);
+  comm->bootstrap_->setCheck({});  // from now on stop() ends its waits; the parent may go away
+  return comm;
+}
+
+void Communicator::setup(std::vector<PeerInfo> peers, std::unique_ptr<Bootstrap> bootstrap, const CommOptions& opts) {
+  peers_ = std::move(peers);
+  bootstrap_ = std::move(bootstrap);
+  bootstrap_->setStopSignal(&stopEpoch_, [this] { return stopReason(); });
+  opts_ = opts;
+  layout_.rank = bootstrap_->rank();
+  layout_.nranks = static_cast<int>(peers_.size());
+  chooseStaging(opts);
+  int machineRanks = 0;
+  for (const PeerInfo& p : peers_) machineRanks += p.machineHash == peers_[rank()].machineHash ? 1 : 0;
+  oversubscribed_ = machineRanks > sysconf(_SC_NPROCESSORS_ONLN);
+  redops_ = std::make_unique<RedOpTable>(rank(), nranks());
+  pool_ = std::make_unique<ConnectionPool>(rank(), &peers_, bootstrap_.get(), LinkShape{slotBytes_, slots_},
+                                           [this] { failIfStopped(); });
+  planNodes();
+  reportTopology();
+  warmUp();
+  device_direct::setup(*this);  // collective: maps the ranks' GPU staging when they may talk directly
+  bootstrap_->barrier();        // every rank's connections are up before anyone returns
+  STRATA_INFO(kSubsysInit, rank(), "comm %s commId 0x%016llx rank %d nranks %d pid %d - %d channel(s) of %d x %zu B slots%s%s",
+              opts_.name.empty() ? "-" : opts_.name.c_str(), static_cast<unsigned long long>(magic()), rank(), nranks(),
+              getpid(), numChannels(), slots_, slotBytes_, nranks() > 1 ? ", ring via " : "",
+              nranks() > 1 ? pool_->transportTo(layout_.ringNext()) : "");
+}
+
+void Communicator::chooseStaging(const CommOptions& opts) {
+  const Config& cfg = config();
+  slots_ = std::min(cfg.slots, 64);
+  slotBytes_ = std::max<size_t>(4096, (cfg.buffSize / slots_) & ~size_t{63});
+  int nch = cfg.maxChannels;
+  if (opts.maxChannels > 0) nch = std::min(nch, opts.maxChannels);
+  if (opts.minChannels > 0) nch = std::max(nch, opts.minChannels);
+  channels_ = std::max(1, std::min(nch, 64));
+}
+
+// Each rank plans its own node with topology::planNode, as strata-topo does; the
+// ranks exchange their nodes' ring orders and link models, so every rank builds
+// the same layout and tuner inputs (the slowest node's link model counts).
+void Communicator::planNodes() {
+  const Config& cfg = config();
+  std::vector<uint64_t> hosts;
+  for (const PeerInfo& p : peers_) hosts.push_back(p.hostHash);
+  algorithms::RankLayout byRank = algorithms::RankLayout::make(rank(), hosts);
+  const std::vector<int>& local = byRank.nodeRanks(byRank.node());
+  auto topo = topology::localTopology(cfg.topoFile);
+  topology::PlanOptions po;
+  po.ranksPerNode = static_cast<int>(local.size());
+  po.threads = std::all_of(local.begin(), local.end(), [&](int r) { return peers_[r].sameProcess(peers_[rank()]); });
+  po.oversubscribed = oversubscribed_;
+  po.p2pDisable = cfg.p2pDisable;
+  if (!cfg.p2pLevel.empty()) topology::parsePathType(cfg.p2pLevel, &po.p2pLevel);
+  std::vector<std::string> busIds;
+  std::vector<int> numas;
+  for (int r : local) {
+    busIds.push_back(peers_[r].busId);
+    numas.push_back(peers_[r].numaNode);
+  }
+  po.rankDevices = topology::rankDevices(topo->sys, busIds, numas);
+  plan_ = topology::planNode(topo->sys, po);
+  std::vector<std::string> all = bootstrap_->allGather(nodeSummary(local, plan_));
+  std::vector<NodeSummary> nodes;
+  for (int k = 0; k < byRank.numNodes(); ++k) nodes.push_back(parseSummary(all[byRank.nodeRanks(k)[0]], byRank.nodeRanks(k)[0]));
+  layout_ = algorithms::RankLayout::make(rank(), hosts, [&](int k, const std::vector<int>&) { return nodes[k].ring; });
+
+  algorithms::TuneRequest& b = tuneBasis_;
+  b.nranks = nranks();
+  b.nodes = layout_.numNodes();
+  b.ranksPerNode = layout_.ranksPerNode();
+  b.intra = nodes[0].intra;
+  b.launchUs = 0;
+  bool staged = false;
+  for (const NodeSummary& n : nodes) {
+    b.intra.latencyUs = std::max(b.intra.latencyUs, n.intra.latencyUs);
+    b.intra.bandwidthGBps = std::min(b.intra.bandwidthGBps, n.intra.bandwidthGBps);
+    b.launchUs = std::max(b.launchUs, n.launchUs);
+    staged |= n.staged;
+  }
+  if (b.nodes > 1 && oversubscribed_) b.intra.latencyUs = topology::kCrowdedHopUs;
+  // The network: every rank must choose alike, so the rate comes from peer info (the slowest node counts).
+  std::vector<double> rates;
+  std::vector<int> rails;
+  for (const PeerInfo& p : peers_) {
+    rates.push_back(p.netGBps);
+    rails.push_back(p.rail);
+  }
+  double net = 0;
+  for (int k = 0; k < b.nodes; ++k) {
+    double rate = algorithms::nodeNetworkGBps(layout_.nodeRanks(k), rates, rails);
+    if (rate > 0 && (net == 0 || rate < net)) net = rate;
+  }
+  b.net = {topology::kSocketHopUs, net > 0 ? net : kDefaultNetGBps};
+  b.sharedMemory = b.nodes == 1 && !staged;
+  for (const PeerInfo& p : peers_)
+    b.sharedMemory = b.sharedMemory && transport::selectTransport(peers_[rank()], p).sharesMemory();
+  if (b.nodes > 1) {
+    STRATA_INFO(kSubsysTuning, rank(), "network: this rank's rate %.3g GB/s (%s); the tuner assumes %.3g GB/s per node",
+                peers_[rank()].netGBps,
+                cfg.netGBps > 0 ? "STRATA_NET_GBPS" : peers_[rank()].rail >= 0 ? "its rail in NCCL_TOPO_FILE" : "its interface",
+                b.net.bandwidthGBps);
+    STRATA_INFO(kSubsysInit, rank(), "%d nodes, %s ranks per node; this rank is local rank %d of node %d", b.nodes,
+                b.ranksPerNode ? std::to_string(b.ranksPerNode).c_str() : "uneven", layout_.localRank, layout_.node());
+  }
+  for (const std::string& note : plan_.notes) STRATA_INFO(kSubsysGraph, rank(), "plan: %s", note.c_str());
+}
+
+void Communicator::reportTopology() {
+  const Config& cfg = config();
+  auto topo = topology::localTopology(cfg.topoFile);
+  const topology::System& sys = topo->sys;
+  const PeerInfo& me = peers_[rank()];
+  for (const std::string& w : topo->warnings) STRATA_INFO(kSubsysGraph, rank(), "topology: %s", w.c_str());
+  std::string rail = me.rail >= 0 ? format("; rail %s at %.1f GB/s", sys.label(me.rail).c_str(), me.netGBps) : "";
+  STRATA_INFO(kSubsysInit, rank(), "topology: %s: %zu CPU(s), %zu GPU(s), %zu NIC port(s); this rank runs on NUMA %d%s",
+              topo->source.c_str(), sys.ofType(topology::NodeType::kCpu).size(),
+              sys.ofType(topology::NodeType::kGpu).size(), sys.ofType(topology::NodeType::kNet).size(), me.numaNode,
+              rail.c_str());
+  if (!cfg.topoDumpFile.empty() && rank() == cfg.topoDumpRank) {
+    topology::saveXmlFile(cfg.topoDumpFile, sys.xml());
+    STRATA_INFO(kSubsysInit, rank(), "topology: written to %s (NCCL_TOPO_DUMP_FILE)", cfg.topoDumpFile.c_str());
+  }
+}
+
+void Communicator::warmUp() {
+  CommPlan plan(*this);
+  for (const algorithms::Algorithm* a : algorithms::registry()) a->warmUp(plan);
+  plan.openLinks();
+}
+
+}  // namespace strata::core

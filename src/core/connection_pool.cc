@@ -1,0 +1,138 @@
+#include "core/connection_pool.h"
+
+#include "base/error.h"
+#include "base/log.h"
+
+namespace strata::core {
+
+ConnectionPool::ConnectionPool(int rank, const std::vector<PeerInfo>* peers, Bootstrap* bootstrap, LinkShape defaults,
+                               WaitCheck stopped)
+    : rank_(rank), peers_(peers), bootstrap_(bootstrap), defaults_(defaults), stopped_(std::move(stopped)) {}
+
+ConnectionPool::~ConnectionPool() {
+  // A peer still waiting for this rank now fails fast instead of timing out; a
+  // correct program never waits for a rank that finished all its operations.
+  abortAll();
+}
+
+LinkShape ConnectionPool::shapeOf(LinkShape s) const {
+  if (s.slotBytes == 0) s.slotBytes = defaults_.slotBytes;
+  if (s.slots == 0) s.slots = defaults_.slots;
+  return s;
+}
+
+void ConnectionPool::listen(const std::map<LinkKey, LinkShape>& recvs, const std::map<LinkKey, size_t>& regions) {
+  const PeerInfo& self = (*peers_)[rank_];
+  int fresh = 0;
+  for (const auto& [k, shape] : recvs) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (recvs_.count(k)) continue;
+    }
+    const PeerInfo& peer = (*peers_)[k.peer];
+    transport::Transport& t = transport::selectTransport(self, peer);
+    LinkShape s = shapeOf(shape);
+    transport::ConnectRequest req{&self, &peer, s.slotBytes, s.slots};
+    std::string handle;
+    auto conn = t.listen(req, &handle);
+    bootstrap_->send(k.peer, MsgKind::kConnect, k.id, std::string(t.name()) + '\0' + handle);
+    std::lock_guard<std::mutex> lock(mu_);
+    recvs_[k] = std::move(conn);
+    ++fresh;
+  }
+  for (const auto& [k, bytes] : regions) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (regionsIn_.count(k)) continue;
+    }
+    const PeerInfo& peer = (*peers_)[k.peer];
+    transport::ConnectRequest req{&self, &peer, 0, 0};
+    std::string handle;
+    transport::SharedRegion r = transport::selectTransport(self, peer).createRegion(req, bytes, &handle);
+    bootstrap_->send(k.peer, MsgKind::kRegion, k.id, handle);
+    std::lock_guard<std::mutex> lock(mu_);
+    regionsIn_[k] = std::move(r);
+  }
+  if (fresh) STRATA_INFO(kSubsysP2p, rank_, "links: receiving on %d new link(s)", fresh);
+}
+
+void ConnectionPool::connect(const std::map<LinkKey, LinkShape>& sends, const std::map<LinkKey, size_t>& regions) {
+  const PeerInfo& self = (*peers_)[rank_];
+  int fresh = 0;
+  for (const auto& [k, shape] : sends) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (sends_.count(k)) continue;
+    }
+    std::string msg = bootstrap_->recv(k.peer, MsgKind::kConnect, k.id, stopped_);
+    size_t zero = msg.find('\0');
+    STRATA_REQUIRE(zero != std::string::npos, ncclInternalError, "rank %d: malformed connection handle from rank %d",
+                   rank_, k.peer);
+    std::string name = msg.substr(0, zero);
+    transport::Transport* chosen = nullptr;
+    for (transport::Transport* t : transport::transports())
+      if (name == t->name()) chosen = t;
+    STRATA_REQUIRE(chosen, ncclInvalidUsage,
+                   "rank %d: rank %d chose transport '%s', which this rank has disabled (check NCCL_SHM_DISABLE "
+                   "is the same on every rank)",
+                   rank_, k.peer, name.c_str());
+    LinkShape s = shapeOf(shape);
+    transport::ConnectRequest req{&self, &(*peers_)[k.peer], s.slotBytes, s.slots};
+    auto conn = chosen->connect(req, msg.substr(zero + 1));
+    std::lock_guard<std::mutex> lock(mu_);
+    sends_[k] = std::move(conn);
+    ++fresh;
+  }
+  for (const auto& [k, bytes] : regions) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (regionsOut_.count(k)) continue;
+    }
+    const PeerInfo& peer = (*peers_)[k.peer];
+    transport::ConnectRequest req{&self, &peer, 0, 0};
+    std::string handle = bootstrap_->recv(k.peer, MsgKind::kRegion, k.id, stopped_);
+    transport::SharedRegion r = transport::selectTransport(self, peer).attachRegion(req, handle);
+    STRATA_REQUIRE(r.bytes >= bytes, ncclInternalError, "rank %d: rank %d's region is %zu bytes, not %zu", rank_,
+                   k.peer, r.bytes, bytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    regionsOut_[k] = std::move(r);
+  }
+  if (fresh) STRATA_INFO(kSubsysP2p, rank_, "links: sending on %d new link(s)", fresh);
+}
+
+namespace {
+
+template <typename Map>
+auto& lookup(Map& m, const LinkKey& k, std::mutex& mu, const char* what) {
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = m.find(k);
+  STRATA_REQUIRE(it != m.end(), ncclInternalError, "no %s to rank %d for link %016llx (it was never opened)", what,
+                 k.peer, static_cast<unsigned long long>(k.id));
+  return it->second;
+}
+
+}  // namespace
+
+transport::SendConnection& ConnectionPool::send(const LinkKey& k) { return *lookup(sends_, k, mu_, "send link"); }
+transport::RecvConnection& ConnectionPool::recv(const LinkKey& k) { return *lookup(recvs_, k, mu_, "receive link"); }
+transport::SharedRegion& ConnectionPool::regionIn(const LinkKey& k) { return lookup(regionsIn_, k, mu_, "region"); }
+transport::SharedRegion& ConnectionPool::regionOut(const LinkKey& k) { return lookup(regionsOut_, k, mu_, "region"); }
+
+bool ConnectionPool::flushed() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [k, c] : sends_)
+    if (!c->flushed()) return false;
+  return true;
+}
+
+void ConnectionPool::abortAll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [k, c] : sends_) c->abort();
+  for (auto& [k, c] : recvs_) c->abort();
+}
+
+const char* ConnectionPool::transportTo(int peer) const {
+  return transport::selectTransport((*peers_)[rank_], (*peers_)[peer]).name();
+}
+
+}  // namespace strata::core

@@ -1,0 +1,62 @@
+// Every link a communicator has opened, keyed by (peer, purpose id): the ring
+// channels, tree edges, one-shot meshes, point-to-point links and shared regions
+// alike. Links open in two phases so one thread can set up several
+// communicators and no pattern deadlocks: every receiver first publishes its
+// handles (listen), then every sender picks them up (connect). Aborting is safe
+// from any thread while another opens or uses links.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "algorithms/algorithm.h"
+#include "base/peer_info.h"
+#include "core/bootstrap.h"
+#include "transports/transport.h"
+
+namespace strata::core {
+
+using algorithms::LinkKey;
+using algorithms::LinkShape;
+
+class ConnectionPool {
+ public:
+  // `stopped` is consulted while waiting for a peer's handle (throws to give up).
+  ConnectionPool(int rank, const std::vector<PeerInfo>* peers, Bootstrap* bootstrap, LinkShape defaults,
+                 WaitCheck stopped);
+  ~ConnectionPool();
+
+  // Phase 1: receive ends and this rank's halves of region pairs, handles sent.
+  // Phase 2: send ends and the peers' halves. Keys already open are skipped.
+  void listen(const std::map<LinkKey, LinkShape>& recvs, const std::map<LinkKey, size_t>& regions);
+  void connect(const std::map<LinkKey, LinkShape>& sends, const std::map<LinkKey, size_t>& regions);
+
+  transport::SendConnection& send(const LinkKey& k);
+  transport::RecvConnection& recv(const LinkKey& k);
+  transport::SharedRegion& regionIn(const LinkKey& k);
+  transport::SharedRegion& regionOut(const LinkKey& k);
+
+  // True when every send end has pushed out what was posted to it.
+  bool flushed();
+  // Marks every link failed so that peers waiting on them stop too.
+  void abortAll();
+  // The transport that links this rank to `peer`.
+  const char* transportTo(int peer) const;
+
+ private:
+  LinkShape shapeOf(LinkShape s) const;
+
+  int rank_;
+  const std::vector<PeerInfo>* peers_;
+  Bootstrap* bootstrap_;
+  LinkShape defaults_;
+  WaitCheck stopped_;
+  mutable std::mutex mu_;  // the maps: abortAll may run on another thread
+  std::map<LinkKey, std::unique_ptr<transport::SendConnection>> sends_;
+  std::map<LinkKey, std::unique_ptr<transport::RecvConnection>> recvs_;
+  std::map<LinkKey, transport::SharedRegion> regionsIn_, regionsOut_;
+};
+
+}  // namespace strata::core
