@@ -67,6 +67,9 @@ class Links {
   // peer stores into, and the peer's one that this rank stores into.
   virtual transport::SharedRegion& regionIn(const LinkKey& k) = 0;
   virtual transport::SharedRegion& regionOut(const LinkKey& k) = 0;
+  // [base, base + bytes) registered with the transport of receive link `k`, so
+  // the peer may write into it (one-sided writes); cached across operations.
+  virtual std::shared_ptr<transport::Registration> registration(const LinkKey& k, void* base, size_t bytes) = 0;
 };
 
 using TaskFactory = std::function<std::unique_ptr<Task>(Links&)>;
@@ -88,6 +91,13 @@ class PlanContext {
   // Ring channels this communicator may use, and the fewest a plan should use.
   virtual int maxChannels() const = 0;
   virtual int minChannels() const = 0;
+  // What the transport between ranks `a` and `b` can do (transport::Capability
+  // bits); every rank answers alike for any pair.
+  virtual uint32_t linkCapabilities(int a, int b) const = 0;
+  uint32_t linkCapabilities(int peer) const { return linkCapabilities(layout().rank, peer); }
+  // Operations of at least this many bytes move their data with one-sided writes
+  // where both links allow it (STRATA_PUT_BYTES; 0: never).
+  virtual size_t putBytes() const = 0;
   // Links opened before any task of the group is made (both ends must ask in the same group).
   virtual void needSend(const LinkKey& k, LinkShape shape = {}) = 0;
   virtual void needRecv(const LinkKey& k, LinkShape shape = {}) = 0;

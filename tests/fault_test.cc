@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -42,7 +43,10 @@ constexpr int kVictim = 2;
       ncclCommGetAsyncError(comm, &async);
       ncclCommAbort(comm);
       bool named = err.find("exited") != std::string::npos || err.find("stopped") != std::string::npos;
-      _exit(r == ncclRemoteError && async == ncclRemoteError && named ? 0 : 12);
+      if (r == ncclRemoteError && async == ncclRemoteError && named) _exit(0);
+      fprintf(stderr, "rank %d: wrong error: %s (async %s): %s\n", rank, ncclGetErrorString(r),
+              ncclGetErrorString(async), err.c_str());
+      _exit(12);
     }
   }
   _exit(13);  // never saw the failure

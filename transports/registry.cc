@@ -1,6 +1,8 @@
+// Every transport of this build, in priority order: one line each in kTransports.
+// The first whose canConnect accepts a pair (and that has the capabilities a
+// plan asks for) links it.
 #include "base/config.h"
 #include "base/error.h"
-#include "transports/common/fifo.h"
 #include "transports/loopback/loopback_transport.h"
 #include "transports/shm/shm_transport.h"
 #include "transports/socket/socket_transport.h"
@@ -9,11 +11,10 @@ namespace strata::transport {
 
 const std::vector<Transport*>& transports() {
   static const std::vector<Transport*> list = [] {
-    std::vector<Transport*> l;
     static loopback::LoopbackTransport loopback;
     static shm::ShmTransport shm;
     static socket::SocketTransport socket;
-    l.push_back(&loopback);
+    std::vector<Transport*> l{&loopback};
     if (!config().shmDisable) l.push_back(&shm);
     l.push_back(&socket);
     return l;
@@ -21,33 +22,30 @@ const std::vector<Transport*>& transports() {
   return list;
 }
 
-bool progressBackground() { return socket::progressNetwork(); }
-bool needsPolling() { return socket::networkActive(); }
-
-SharedRegion Transport::createRegion(const ConnectRequest&, size_t, std::string*) {
-  fail(ncclInternalError, "transport %s cannot share memory regions", name());
-}
-
-SharedRegion Transport::attachRegion(const ConnectRequest&, const std::string&) {
-  fail(ncclInternalError, "transport %s cannot share memory regions", name());
-}
-
-std::unique_ptr<RecvConnection> MemoryTransport::listen(const ConnectRequest& req, std::string* handle) {
-  SharedRegion r = createRegion(req, fifoBytes(req.slotBytes, req.slots), handle);
-  fifoInit(r.data, req.slotBytes, req.slots);
-  return makeFifoReceiver(r.data, r.keepAlive, r.peerBell);
-}
-
-std::unique_ptr<SendConnection> MemoryTransport::connect(const ConnectRequest& req, const std::string& handle) {
-  SharedRegion r = attachRegion(req, handle);
-  return makeFifoSender(r.data, r.keepAlive, r.peerBell);
-}
-
-Transport& selectTransport(const PeerInfo& self, const PeerInfo& peer) {
+Transport* findTransport(const std::string& name) {
   for (Transport* t : transports())
-    if (t->canConnect(self, peer)) return *t;
-  fail(ncclInternalError, "no transport can connect rank %d (%s, pid %d) and rank %d (%s, pid %d)", self.rank,
-       self.hostname, self.pid, peer.rank, peer.hostname, peer.pid);
+    if (name == t->name()) return t;
+  return nullptr;
+}
+
+bool progressBackground() {
+  bool any = false;
+  for (Transport* t : transports())
+    if (t->has(kNeedsPolling)) any |= t->progress();
+  return any;
+}
+
+bool needsPolling() {
+  for (Transport* t : transports())
+    if (t->has(kNeedsPolling) && t->active()) return true;
+  return false;
+}
+
+Transport& selectTransport(const PeerInfo& self, const PeerInfo& peer, uint32_t required) {
+  for (Transport* t : transports())
+    if (t->has(required) && t->canConnect(self, peer)) return *t;
+  fail(ncclInternalError, "no transport with capabilities 0x%x can connect rank %d (%s, pid %d) and rank %d (%s, pid %d)",
+       required, self.rank, self.hostname, self.pid, peer.rank, peer.hostname, peer.pid);
 }
 
 }  // namespace strata::transport

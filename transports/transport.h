@@ -1,13 +1,25 @@
 // The only view of a transport that the algorithms and the executor get.
 //
-// A connection is one-way, from a sender rank to a receiver rank, and carries
-// a sequence of messages of at most slotBytes() each through a ring of slots
-// in staging memory that the receiver owns. Both ends poll without blocking;
-// when neither can move, the executor sleeps on its rank's doorbell, which the
-// other end rings after every post or release.
+// A connection is one-way, from a sender rank to a receiver rank. A transport
+// says what its connections can do (capabilities):
+//  - two-sided slots (kSlots, every transport): a ring of staging slots the
+//    receiver owns; messages of at most slotBytes() go through them in order;
+//  - one-sided writes (kPut): the receiver offers where its next messages go
+//    (memory it registered), and the sender writes each straight there and
+//    signals it: one copy instead of two (CMA or a mapped segment on one host,
+//    a plain copy between threads, RDMA write with immediate between nodes);
+//  - shared regions (kSharedRegions): memory both ends map, for protocols that
+//    store data straight into it (the LL protocol's flag-tagged words);
+//  - device memory (kDeviceMemory): regions in GPU memory, usable by kernels;
+//  - polling (kNeedsPolling): data moves only when the rank's threads progress
+//    the transport, and no doorbell is rung.
+// Both ends poll without blocking; when neither can move, the executor sleeps on
+// its rank's doorbell, which the other end rings after every post or release.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +28,61 @@
 #include "base/peer_info.h"
 
 namespace strata::transport {
+
+enum Capability : uint32_t {
+  kSlots = 1u << 0,
+  kPut = 1u << 1,
+  kSharedRegions = 1u << 2,
+  kDeviceMemory = 1u << 3,
+  kNeedsPolling = 1u << 4,
+};
+
+// A range of this rank's memory registered with a transport, so that peers may
+// write into it (kPut). Offers must lie inside a live registration; deregister()
+// (or the last reference going away) ends it.
+class Registration {
+ public:
+  Registration(void* base, size_t bytes) : base_(static_cast<char*>(base)), bytes_(bytes) {}
+  virtual ~Registration() = default;
+  void* base() const { return base_; }
+  size_t bytes() const { return bytes_; }
+  bool live() const { return live_.load(std::memory_order_acquire); }
+  // True when [p, p + n) lies inside; an empty range writes nothing, so anywhere.
+  bool covers(const void* p, size_t n) const {
+    if (n == 0) return true;
+    auto* c = static_cast<const char*>(p);
+    return c >= base_ && n <= bytes_ && c - base_ <= static_cast<ptrdiff_t>(bytes_ - n);
+  }
+  virtual void deregister() { live_.store(false, std::memory_order_release); }
+
+ private:
+  char* base_;
+  size_t bytes_;
+  std::atomic<bool> live_{true};
+};
+
+// The receiver's side of one-sided writes.
+class PutReceiver {
+ public:
+  virtual ~PutReceiver() = default;
+  // Where the sender's next put goes (offers are used in order); false while
+  // too many offers are outstanding (call again). Throws ncclInvalidUsage
+  // unless `reg` is live and covers [dst, dst + bytes).
+  virtual bool tryOffer(void* dst, size_t bytes, const Registration& reg) = 0;
+  // True once the oldest offer has been written; *bytes gets what was written.
+  virtual bool tryPutDone(size_t* bytes) = 0;
+};
+
+// The sender's side of one-sided writes.
+class PutSender {
+ public:
+  virtual ~PutSender() = default;
+  // Writes `bytes` from `src` into the receiver's oldest unused offer and signals
+  // it; false while there is no offer yet (call again). Throws ncclInvalidUsage
+  // when `bytes` exceeds the offer. `src` may be reused once putsComplete().
+  virtual bool tryPut(const void* src, size_t bytes) = 0;
+  virtual bool putsComplete() const { return true; }
+};
 
 class SendConnection {
  public:
@@ -32,6 +99,8 @@ class SendConnection {
   // True when every posted message has left this process (or can never leave,
   // because the connection failed). Memory transports are flushed at post().
   virtual bool flushed() { return true; }
+  // One-sided writes, where the transport has kPut; null otherwise.
+  virtual PutSender* puts() { return nullptr; }
 };
 
 class RecvConnection {
@@ -43,6 +112,8 @@ class RecvConnection {
   virtual void release() = 0;
   virtual void abort() = 0;
   virtual bool peerAborted() const = 0;
+  // One-sided writes, where the transport has kPut; null otherwise.
+  virtual PutReceiver* puts() { return nullptr; }
 };
 
 // What both ends know when they set up a connection.
@@ -62,35 +133,48 @@ struct SharedRegion {
   std::shared_ptr<Doorbell> peerBell;  // rung after storing into (or reading from) the region
 };
 
+// Shared regions, for transports with kSharedRegions or kDeviceMemory.
+class RegionProvider {
+ public:
+  virtual ~RegionProvider() = default;
+  // Owner's side: a new region of `bytes`; `handle` is sent to the peer.
+  virtual SharedRegion createRegion(const ConnectRequest& req, size_t bytes, std::string* handle) = 0;
+  // The peer's side, given the owner's handle.
+  virtual SharedRegion attachRegion(const ConnectRequest& req, const std::string& handle) = 0;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
   virtual const char* name() const = 0;
+  virtual uint32_t capabilities() const = 0;
+  bool has(uint32_t caps) const { return (capabilities() & caps) == caps; }
   // True when this transport can link these two ranks.
   virtual bool canConnect(const PeerInfo& self, const PeerInfo& peer) const = 0;
   // Receiver side: allocates the staging memory; `handle` is sent to the sender.
   virtual std::unique_ptr<RecvConnection> listen(const ConnectRequest& req, std::string* handle) = 0;
   // Sender side, given the receiver's handle.
   virtual std::unique_ptr<SendConnection> connect(const ConnectRequest& req, const std::string& handle) = 0;
-  // True when both ends reach the staging memory directly (loopback, shm); only
-  // then do createRegion / attachRegion work.
-  virtual bool sharesMemory() const { return false; }
-  // Receiver side: a new region of `bytes`; `handle` is sent to the sender.
-  virtual SharedRegion createRegion(const ConnectRequest& req, size_t bytes, std::string* handle);
-  // Sender side, given the receiver's handle.
-  virtual SharedRegion attachRegion(const ConnectRequest& req, const std::string& handle);
+  // kSharedRegions / kDeviceMemory: the regions; null otherwise.
+  virtual RegionProvider* regions() { return nullptr; }
+  // kPut: registers [base, base + bytes) for peers to write into; null when the
+  // transport has no one-sided writes.
+  virtual std::shared_ptr<Registration> registerMemory(void* base, size_t bytes) {
+    (void)base;
+    (void)bytes;
+    return nullptr;
+  }
+  // kNeedsPolling: moves data on this transport's connections; false when it has none.
+  virtual bool progress() { return false; }
+  // kNeedsPolling: true while connections exist that only progress() moves.
+  virtual bool active() const { return false; }
 };
 
-// A transport whose connections are FIFOs in shared regions.
-class MemoryTransport : public Transport {
- public:
-  bool sharesMemory() const override { return true; }
-  std::unique_ptr<RecvConnection> listen(const ConnectRequest& req, std::string* handle) override;
-  std::unique_ptr<SendConnection> connect(const ConnectRequest& req, const std::string& handle) override;
-};
-
-// Transports in priority order, minus those the configuration disables.
+// Transports in priority order, minus those the configuration disables
+// (transports/registry.cc: one line each).
 const std::vector<Transport*>& transports();
+// The transport named `name`, or null (the receiver names its choice in the handle).
+Transport* findTransport(const std::string& name);
 
 // Moves data on connections that need the ranks' threads to progress them
 // (sockets); returns false when the process has none. Called on every sweep.
@@ -98,7 +182,8 @@ bool progressBackground();
 // True while such connections exist: a waiting rank must poll, not sleep on its doorbell.
 bool needsPolling();
 
-// The first transport that can connect the pair; throws naming both ranks if none can.
-Transport& selectTransport(const PeerInfo& self, const PeerInfo& peer);
+// The first transport, in priority order, that can connect the pair and has
+// every capability in `required`; throws naming both ranks if none can.
+Transport& selectTransport(const PeerInfo& self, const PeerInfo& peer, uint32_t required = kSlots);
 
 }  // namespace strata::transport

@@ -15,6 +15,10 @@ struct P2pTaskArgs {
   size_t bytes;
   transport::SendConnection* send;  // exactly one of send / recv
   transport::RecvConnection* recv;
+  // The whole transfer as one one-sided write into the receiver's buffer
+  // (registered in `reg` on the receiving side) instead of slot-sized messages.
+  bool put = false;
+  std::shared_ptr<transport::Registration> reg = nullptr;
 };
 std::unique_ptr<Task> makeP2pTask(const P2pTaskArgs& args);
 

@@ -16,12 +16,19 @@ bool overlaps(const void* a, const void* b, size_t bytes) {
   return x < y + bytes && y < x + bytes;
 }
 
+// One one-sided write for a large transfer where the link has them; both ends
+// decide alike from the byte count (equal by NCCL's rules for send and receive).
+bool usePut(PlanContext& ctx, int peer, size_t bytes) {
+  return ctx.putBytes() > 0 && bytes >= ctx.putBytes() && (ctx.linkCapabilities(peer) & transport::kPut);
+}
+
 void addSend(PlanContext& ctx, const char* fn, const char* buf, size_t bytes, int peer) {
   const RankLayout& l = ctx.layout();
   if (peer == l.rank) return ctx.selfSend(fn, buf, bytes);
   LinkKey k{peer, linkId("p2p")};
   ctx.needSend(k);
   P2pTaskArgs a{fn, l.rank, peer, const_cast<char*>(buf), bytes, nullptr, nullptr};
+  a.put = usePut(ctx, peer, bytes);
   ctx.addTask({linkId("p2p.send"), peer}, [a, k](Links& ln) mutable {
     a.send = &ln.send(k);
     return makeP2pTask(a);
@@ -34,8 +41,10 @@ void addRecv(PlanContext& ctx, const char* fn, char* buf, size_t bytes, int peer
   LinkKey k{peer, linkId("p2p")};
   ctx.needRecv(k);
   P2pTaskArgs a{fn, l.rank, peer, buf, bytes, nullptr, nullptr};
+  a.put = usePut(ctx, peer, bytes);
   ctx.addTask({linkId("p2p.recv"), peer}, [a, k](Links& ln) mutable {
     a.recv = &ln.recv(k);
+    if (a.put) a.reg = ln.registration(k, a.buffer, a.bytes);
     return makeP2pTask(a);
   });
 }

@@ -15,9 +15,19 @@ constexpr size_t kBytesPerChannel = 512 << 10;  // below this, extra channels on
 // machines), so they are written with streaming stores; not in place, where the output
 // lines were just read and are still cached.
 constexpr size_t kStreamingBytes = 8 << 20;
+// Steps of all-gather and broadcast when every message is a one-sided write: large
+// enough that a write's system call is noise, small enough to pipeline a chain.
+constexpr size_t kPutChunkBytes = 1 << 20;
 
 LinkKey channelFrom(const RankLayout& l, int c) { return {l.ringPrev(), linkId("ring", c)}; }
 LinkKey channelTo(const RankLayout& l, int c) { return {l.ringNext(), linkId("ring", c)}; }
+
+bool everyLinkPuts(const PlanContext& ctx) {
+  const RankLayout& l = ctx.layout();
+  for (int p = 0; p < l.nranks; ++p)
+    if (!(ctx.linkCapabilities(l.ringOrder[p], l.ringOrder[(p + 1) % l.nranks]) & transport::kPut)) return false;
+  return true;
+}
 
 class Ring final : public Algorithm {
  public:
@@ -72,6 +82,16 @@ class Ring final : public Algorithm {
     base.stride = segmented ? op.count : 0;
     base.chunk = ctx.slotBytes() / esize;
     base.order = l.ringOrder.data();
+    // One-sided writes for the copies, on each link whose transport has them.
+    bool copies = op.coll == Collective::kAllGather || op.coll == Collective::kBroadcast ||
+                  op.coll == Collective::kAllReduce;
+    bool large = copies && n > 1 && ctx.putBytes() > 0 && op.bytes >= ctx.putBytes();
+    bool putsIn = large && (ctx.linkCapabilities(l.ringPrev()) & transport::kPut);
+    bool putsOut = large && (ctx.linkCapabilities(l.ringNext()) & transport::kPut);
+    // Larger steps only where every message of the ring is a write (all ranks must step alike).
+    if (large && op.coll != Collective::kAllReduce && everyLinkPuts(ctx))
+      base.chunk = std::max(base.chunk, kPutChunkBytes / esize);
+    size_t outBytes = recvElements(op.coll, op.count, n) * esize;
     size_t region = op.count;
     int nch = 1;
     if (n > 1) {
@@ -86,16 +106,19 @@ class Ring final : public Algorithm {
       RingTaskArgs args{op.fn, l.rank, l.ringPrev(), l.ringNext(), p, static_cast<const char*>(op.sendbuff),
                         static_cast<char*>(op.recvbuff), op.type, op.op, nullptr, nullptr,
                         op.bytes >= kStreamingBytes && op.sendbuff != op.recvbuff};
+      args.putsIn = putsIn;
+      args.putsOut = putsOut;
       LinkKey from = channelFrom(l, c), to = channelTo(l, c);
       if (n > 1) {
         ctx.needRecv(from);
         ctx.needSend(to);
       }
-      ctx.addTask({linkId("ring"), c}, [args, from, to, n](Links& links) mutable {
+      ctx.addTask({linkId("ring"), c}, [args, from, to, n, outBytes](Links& links) mutable {
         if (n > 1) {
           args.fromPrev = &links.recv(from);
           args.toNext = &links.send(to);
         }
+        if (args.putsIn) args.outputReg = links.registration(from, args.recvbuff, outBytes);
         return makeRingTask(args);
       });
     }

@@ -23,6 +23,11 @@ struct RingTaskArgs {
   transport::RecvConnection* fromPrev;  // null with one rank
   transport::SendConnection* toNext;
   bool streamOutput;  // the output is too large to stay cached: write it past the caches
+  // One-sided writes for the messages that are plain copies (ring_task.cc says
+  // which), on each link that has them; the output is registered for the
+  // previous rank to write into.
+  bool putsIn = false, putsOut = false;
+  std::shared_ptr<transport::Registration> outputReg = nullptr;
 };
 std::unique_ptr<Task> makeRingTask(const RingTaskArgs& args);
 

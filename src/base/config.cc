@@ -141,6 +141,8 @@ Config Config::parse(const std::function<const char*(const char*)>& lookup) {
   p.str("NCCL_HOSTID", &c.hostId);
   p.str("NCCL_SOCKET_IFNAME", &c.socketIfname);
   p.flag("NCCL_SHM_DISABLE", &c.shmDisable);
+  p.flag("STRATA_CMA", &c.cma);
+  p.integer("STRATA_PUT_BYTES", &c.putBytes, 0, 1ll << 40);
   p.integer("NCCL_SOCKET_NTHREADS", &c.socketThreads, 1, 16);
   p.integer("NCCL_NSOCKS_PERTHREAD", &c.socksPerThread, 1, 64);
   if (c.socketThreads * c.socksPerThread > 64) {

@@ -34,6 +34,10 @@ struct Config {
   std::string hostId;                       // NCCL_HOSTID: overrides hostname+boot id as the node identity
   std::string socketIfname;                 // NCCL_SOCKET_IFNAME: bootstrap interface (prefix, ^ exclude, = exact)
   bool shmDisable = false;                  // NCCL_SHM_DISABLE=1: no shared-memory transport between processes
+  bool cma = true;                          // STRATA_CMA=0: no Cross Memory Attach; one-sided writes between
+                                            //   processes only into ncclMemAlloc buffers, else through the slots
+  size_t putBytes = 256 << 10;              // STRATA_PUT_BYTES: operations of this size and more move data with
+                                            //   one-sided writes (one copy) where the links allow; 0 never
   int socketThreads = 2;                    // NCCL_SOCKET_NTHREADS (1-16) x NCCL_NSOCKS_PERTHREAD (1-64), at most 64:
   int socksPerThread = 1;                   //   TCP streams per socket connection (progressed by the rank's thread)
   std::string algo;                         // NCCL_ALGO: allowed algorithms (NCCL list syntax)

@@ -9,6 +9,12 @@ namespace strata::core {
 
 int CommPlan::minChannels() const { return config().minChannels; }
 
+uint32_t CommPlan::linkCapabilities(int a, int b) const {
+  return transport::selectTransport(comm_.peer(a), comm_.peer(b)).capabilities();
+}
+
+size_t CommPlan::putBytes() const { return config().putBytes; }
+
 void CommPlan::addTask(algorithms::LaneKey lane, algorithms::TaskFactory make) {
   pending_.push_back({lane, std::move(make)});
 }

@@ -21,6 +21,9 @@ class CommPlan final : public algorithms::PlanContext, public algorithms::Links 
   size_t slotBytes() const override { return comm_.slotBytes(); }
   int maxChannels() const override { return comm_.numChannels(); }
   int minChannels() const override;
+  uint32_t linkCapabilities(int a, int b) const override;
+  using PlanContext::linkCapabilities;
+  size_t putBytes() const override;
   void needSend(const LinkKey& k, LinkShape shape) override { sends_[k] = shape; }
   void needRecv(const LinkKey& k, LinkShape shape) override { recvs_[k] = shape; }
   void needRegion(const LinkKey& k, size_t bytes) override { regions_[k] = bytes; }
@@ -34,6 +37,9 @@ class CommPlan final : public algorithms::PlanContext, public algorithms::Links 
   transport::RecvConnection& recv(const LinkKey& k) override { return comm_.pool().recv(k); }
   transport::SharedRegion& regionIn(const LinkKey& k) override { return comm_.pool().regionIn(k); }
   transport::SharedRegion& regionOut(const LinkKey& k) override { return comm_.pool().regionOut(k); }
+  std::shared_ptr<transport::Registration> registration(const LinkKey& k, void* base, size_t bytes) override {
+    return comm_.pool().registration(k, base, bytes);
+  }
 
   Communicator& comm() { return comm_; }
   // Phase 1 and 2 of opening what the plans need (see ConnectionPool).

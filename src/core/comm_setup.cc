@@ -236,7 +236,7 @@ void Communicator::planNodes() {
   b.net = {topology::kSocketHopUs, net > 0 ? net : kDefaultNetGBps};
   b.sharedMemory = b.nodes == 1 && !staged;
   for (const PeerInfo& p : peers_)
-    b.sharedMemory = b.sharedMemory && transport::selectTransport(peers_[rank()], p).sharesMemory();
+    b.sharedMemory = b.sharedMemory && transport::selectTransport(peers_[rank()], p).has(transport::kSharedRegions);
   if (b.nodes > 1) {
     STRATA_INFO(kSubsysTuning, rank(), "network: this rank's rate %.3g GB/s (%s); the tuner assumes %.3g GB/s per node",
                 peers_[rank()].netGBps,

@@ -48,7 +48,8 @@ void ConnectionPool::listen(const std::map<LinkKey, LinkShape>& recvs, const std
     const PeerInfo& peer = (*peers_)[k.peer];
     transport::ConnectRequest req{&self, &peer, 0, 0};
     std::string handle;
-    transport::SharedRegion r = transport::selectTransport(self, peer).createRegion(req, bytes, &handle);
+    transport::SharedRegion r =
+        transport::selectTransport(self, peer, transport::kSharedRegions).regions()->createRegion(req, bytes, &handle);
     bootstrap_->send(k.peer, MsgKind::kRegion, k.id, handle);
     std::lock_guard<std::mutex> lock(mu_);
     regionsIn_[k] = std::move(r);
@@ -69,9 +70,7 @@ void ConnectionPool::connect(const std::map<LinkKey, LinkShape>& sends, const st
     STRATA_REQUIRE(zero != std::string::npos, ncclInternalError, "rank %d: malformed connection handle from rank %d",
                    rank_, k.peer);
     std::string name = msg.substr(0, zero);
-    transport::Transport* chosen = nullptr;
-    for (transport::Transport* t : transport::transports())
-      if (name == t->name()) chosen = t;
+    transport::Transport* chosen = transport::findTransport(name);
     STRATA_REQUIRE(chosen, ncclInvalidUsage,
                    "rank %d: rank %d chose transport '%s', which this rank has disabled (check NCCL_SHM_DISABLE "
                    "is the same on every rank)",
@@ -91,7 +90,8 @@ void ConnectionPool::connect(const std::map<LinkKey, LinkShape>& sends, const st
     const PeerInfo& peer = (*peers_)[k.peer];
     transport::ConnectRequest req{&self, &peer, 0, 0};
     std::string handle = bootstrap_->recv(k.peer, MsgKind::kRegion, k.id, stopped_);
-    transport::SharedRegion r = transport::selectTransport(self, peer).attachRegion(req, handle);
+    transport::SharedRegion r =
+        transport::selectTransport(self, peer, transport::kSharedRegions).regions()->attachRegion(req, handle);
     STRATA_REQUIRE(r.bytes >= bytes, ncclInternalError, "rank %d: rank %d's region is %zu bytes, not %zu", rank_,
                    k.peer, r.bytes, bytes);
     std::lock_guard<std::mutex> lock(mu_);
@@ -117,6 +117,25 @@ transport::SendConnection& ConnectionPool::send(const LinkKey& k) { return *look
 transport::RecvConnection& ConnectionPool::recv(const LinkKey& k) { return *lookup(recvs_, k, mu_, "receive link"); }
 transport::SharedRegion& ConnectionPool::regionIn(const LinkKey& k) { return lookup(regionsIn_, k, mu_, "region"); }
 transport::SharedRegion& ConnectionPool::regionOut(const LinkKey& k) { return lookup(regionsOut_, k, mu_, "region"); }
+
+std::shared_ptr<transport::Registration> ConnectionPool::registration(const LinkKey& k, void* base, size_t bytes) {
+  constexpr size_t kRegistrationCache = 64;
+  const transport::Transport& t = transport::selectTransport((*peers_)[rank_], (*peers_)[k.peer]);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = registrations_.begin(); it != registrations_.end(); ++it)
+    if (it->transport == &t && it->reg->live() && it->reg->covers(base, bytes)) {
+      CachedRegistration hit = *it;  // most recently used moves to the back
+      registrations_.erase(it);
+      registrations_.push_back(hit);
+      return hit.reg;
+    }
+  auto reg = const_cast<transport::Transport&>(t).registerMemory(base, bytes);
+  STRATA_REQUIRE(reg, ncclInternalError, "transport %s has no one-sided writes to register memory for", t.name());
+  ++registrationsMade_;
+  if (registrations_.size() == kRegistrationCache) registrations_.erase(registrations_.begin());
+  registrations_.push_back({&t, base, bytes, reg});
+  return reg;
+}
 
 bool ConnectionPool::flushed() {
   std::lock_guard<std::mutex> lock(mu_);

@@ -6,6 +6,7 @@
 // from any thread while another opens or uses links.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -38,6 +39,12 @@ class ConnectionPool {
   transport::SharedRegion& regionIn(const LinkKey& k);
   transport::SharedRegion& regionOut(const LinkKey& k);
 
+  // Memory registered with the transport of receive link `k`: the last few are
+  // kept, so a loop over the same buffers registers nothing after its first pass.
+  std::shared_ptr<transport::Registration> registration(const LinkKey& k, void* base, size_t bytes);
+  // Registrations made (not found in the cache), for the NET debug counters.
+  uint64_t registrationsMade() const { return registrationsMade_; }
+
   // True when every send end has pushed out what was posted to it.
   bool flushed();
   // Marks every link failed so that peers waiting on them stop too.
@@ -57,6 +64,14 @@ class ConnectionPool {
   std::map<LinkKey, std::unique_ptr<transport::SendConnection>> sends_;
   std::map<LinkKey, std::unique_ptr<transport::RecvConnection>> recvs_;
   std::map<LinkKey, transport::SharedRegion> regionsIn_, regionsOut_;
+  struct CachedRegistration {
+    const transport::Transport* transport;
+    void* base;
+    size_t bytes;
+    std::shared_ptr<transport::Registration> reg;
+  };
+  std::vector<CachedRegistration> registrations_;  // most recent last, at most kRegistrationCache
+  uint64_t registrationsMade_ = 0;
 };
 
 }  // namespace strata::core

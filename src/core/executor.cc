@@ -169,7 +169,7 @@ void Executor::checkHealth(double idleSec) {
     // A peer process that died is found by its pid only where the connection cannot
     // tell: shared memory. A socket reports the exit as its end of stream, and the
     // dead peer's kernel may still be delivering what it sent.
-    if (peer >= 0 && transport::selectTransport(comm.peer(comm.rank()), comm.peer(peer)).sharesMemory() &&
+    if (peer >= 0 && transport::selectTransport(comm.peer(comm.rank()), comm.peer(peer)).has(transport::kSharedRegions) &&
         !processAlive(comm.peer(peer).pid)) {
       // Whatever it stored before exiting is there now, maybe since the last sweep: take it before judging.
       if (sweepOrFail()) return;

@@ -1,7 +1,8 @@
-// Ranks that are threads of one process: staging memory on the heap.
+// Ranks that are threads of one process: staging memory on the heap, and
+// one-sided writes are plain copies into the peer's memory.
 #pragma once
 
-#include "transports/transport.h"
+#include "transports/common/memory_transport.h"
 
 namespace strata::transport::loopback {
 
@@ -11,6 +12,9 @@ class LoopbackTransport final : public MemoryTransport {
   bool canConnect(const PeerInfo& self, const PeerInfo& peer) const override { return self.sameProcess(peer); }
   SharedRegion createRegion(const ConnectRequest& req, size_t bytes, std::string* handle) override;
   SharedRegion attachRegion(const ConnectRequest& req, const std::string& handle) override;
+
+ protected:
+  std::unique_ptr<PutWriter> makeWriter(const ConnectRequest& req, FifoHeader* h) override;
 };
 
 }  // namespace strata::transport::loopback

@@ -1,7 +1,11 @@
-// Processes on one host: staging memory in POSIX shared memory.
+// Processes on one host: staging memory in POSIX shared memory. One-sided
+// writes go straight into the receiver's memory: a plain copy into a segment
+// both map (buffers from ncclMemAlloc), else Cross Memory Attach
+// (process_vm_writev), probed per connection; where Yama or a container forbids
+// it (or STRATA_CMA=0), through the slots.
 #pragma once
 
-#include "transports/transport.h"
+#include "transports/common/memory_transport.h"
 
 namespace strata::transport::shm {
 
@@ -11,6 +15,9 @@ class ShmTransport final : public MemoryTransport {
   bool canConnect(const PeerInfo& self, const PeerInfo& peer) const override { return self.sameHost(peer); }
   SharedRegion createRegion(const ConnectRequest& req, size_t bytes, std::string* handle) override;
   SharedRegion attachRegion(const ConnectRequest& req, const std::string& handle) override;
+
+ protected:
+  std::unique_ptr<PutWriter> makeWriter(const ConnectRequest& req, FifoHeader* h) override;
 };
 
 }  // namespace strata::transport::shm

@@ -7,19 +7,23 @@
 
 namespace strata::transport::socket {
 
-class SocketTransport final : public Transport {
- public:
-  const char* name() const override { return "socket"; }
-  // Last in priority order: it reaches every rank the others cannot.
-  bool canConnect(const PeerInfo&, const PeerInfo&) const override { return true; }
-  std::unique_ptr<RecvConnection> listen(const ConnectRequest& req, std::string* handle) override;
-  std::unique_ptr<SendConnection> connect(const ConnectRequest& req, const std::string& handle) override;
-};
-
 // True while any socket connection exists in this process: waiting ranks must
 // then poll rather than sleep on their doorbell, which a socket does not ring.
 bool networkActive();
 // Moves data on every socket connection of the process; false when there are none.
 bool progressNetwork();
+
+class SocketTransport final : public Transport {
+ public:
+  const char* name() const override { return "socket"; }
+  uint32_t capabilities() const override { return kSlots | kNeedsPolling; }
+  // Last in priority order: it reaches every rank the others cannot.
+  bool canConnect(const PeerInfo&, const PeerInfo&) const override { return true; }
+  std::unique_ptr<RecvConnection> listen(const ConnectRequest& req, std::string* handle) override;
+  std::unique_ptr<SendConnection> connect(const ConnectRequest& req, const std::string& handle) override;
+  bool progress() override { return progressNetwork(); }
+  bool active() const override { return networkActive(); }
+};
+
 
 }  // namespace strata::transport::socket

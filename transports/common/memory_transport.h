@@ -1,0 +1,28 @@
+// What loopback and shm share: connections are FIFOs in regions both ends map,
+// one-sided writes go straight into the receiver's offered memory, and shared
+// regions serve the LL protocol. A memory transport supplies the regions and
+// how its senders write into a receiver's memory.
+#pragma once
+
+#include "transports/common/fifo.h"
+#include "transports/transport.h"
+
+namespace strata::transport {
+
+class MemoryTransport : public Transport, public RegionProvider {
+ public:
+  uint32_t capabilities() const override { return kSlots | kPut | kSharedRegions; }
+  std::unique_ptr<RecvConnection> listen(const ConnectRequest& req, std::string* handle) override;
+  std::unique_ptr<SendConnection> connect(const ConnectRequest& req, const std::string& handle) override;
+  RegionProvider* regions() override { return this; }
+  // Any host memory: the writer reaches it (CMA, a mapping, or the same address space).
+  std::shared_ptr<Registration> registerMemory(void* base, size_t bytes) override {
+    return std::make_shared<Registration>(base, bytes);
+  }
+
+ protected:
+  // How this end's sender writes into the receiver of the FIFO at `h`.
+  virtual std::unique_ptr<PutWriter> makeWriter(const ConnectRequest& req, FifoHeader* h) = 0;
+};
+
+}  // namespace strata::transport
