@@ -8,6 +8,7 @@
 #include "api/api_boundary.h"
 #include "base/config.h"
 #include "base/log.h"
+#include "base/shared_buffers.h"
 #include "core/comm_handle.h"
 #include "device/gpu.h"
 
@@ -20,35 +21,6 @@ std::mutex gMemMutex;
 std::map<void*, size_t>& allocations() {
   static std::map<void*, size_t> m;
   return m;
-}
-
-// What ncclCommRegister and ncclCommWindowRegister hand back: the range, so that
-// deregistration can be checked. Host memory needs no pinning or mapping.
-struct Registration {
-  const ncclComm* comm;
-  void* buff;
-  size_t size;
-};
-std::mutex gRegMutex;
-std::map<void*, Registration>& registrations() {
-  static std::map<void*, Registration> m;
-  return m;
-}
-
-void* addRegistration(const ncclComm* comm, void* buff, size_t size) {
-  auto* reg = new Registration{comm, buff, size};
-  std::lock_guard<std::mutex> lock(gRegMutex);
-  registrations()[reg] = *reg;
-  return reg;
-}
-
-void removeRegistration(const ncclComm* comm, void* handle, const char* fn) {
-  std::lock_guard<std::mutex> lock(gRegMutex);
-  auto it = registrations().find(handle);
-  STRATA_REQUIRE(it != registrations().end() && it->second.comm == comm, ncclInvalidArgument,
-                 "%s: handle %p was not registered on this communicator (or was already deregistered)", fn, handle);
-  registrations().erase(it);
-  delete static_cast<Registration*>(handle);
 }
 
 }  // namespace
@@ -100,10 +72,9 @@ STRATA_API ncclResult_t pncclMemAlloc(void** ptr, size_t size) {
   return api::guarded([&] {
     STRATA_REQUIRE(ptr, ncclInvalidArgument, "ncclMemAlloc: ptr is NULL");
     STRATA_REQUIRE(size > 0, ncclInvalidArgument, "ncclMemAlloc: size is 0");
-    void* p = nullptr;
-    if (device::currentDevice() >= 0) {
-      p = device::gpuAlloc(size);
-    } else {
+    // Host memory lives in a shared segment: peers on this host write into it with a plain copy.
+    void* p = device::currentDevice() >= 0 ? device::gpuAlloc(size) : allocateShared(size);
+    if (!p) {
       p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
       if (p == MAP_FAILED) failErrno("ncclMemAlloc: mmap");
     }
@@ -122,7 +93,7 @@ STRATA_API ncclResult_t pncclMemFree(void* ptr) {
                    "ncclMemFree: %p was not returned by ncclMemAlloc", ptr);
     if (device::isDevicePointer(ptr))
       device::gpuFree(ptr);
-    else
+    else if (!freeShared(ptr))
       munmap(ptr, it->second);
     api::allocations().erase(it);
   });
@@ -131,17 +102,16 @@ STRATA_API ncclResult_t pncclMemFree(void* ptr) {
 STRATA_API ncclResult_t pncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
   return api::guarded([&] {
     core::CommUse use(comm, "ncclCommRegister");
-    use.ready("ncclCommRegister");
     STRATA_REQUIRE(handle, ncclInvalidArgument, "ncclCommRegister: handle is NULL");
     STRATA_REQUIRE(buff || size == 0, ncclInvalidArgument, "ncclCommRegister: buff is NULL with size %zu", size);
-    *handle = api::addRegistration(comm, buff, size);
+    *handle = use.ready("ncclCommRegister").pool().registerBuffer(buff, size);
   });
 }
 
 STRATA_API ncclResult_t pncclCommDeregister(const ncclComm_t comm, void* handle) {
   return api::guarded([&] {
     core::CommUse use(comm, "ncclCommDeregister");
-    api::removeRegistration(comm, handle, "ncclCommDeregister");
+    use.ready("ncclCommDeregister", true).pool().deregisterBuffer(handle, "ncclCommDeregister");
   });
 }
 
@@ -149,20 +119,19 @@ STRATA_API ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, siz
                                                 int winFlags) {
   return api::guarded([&] {
     core::CommUse use(comm, "ncclCommWindowRegister");
-    use.ready("ncclCommWindowRegister");
     STRATA_REQUIRE(win, ncclInvalidArgument, "ncclCommWindowRegister: win is NULL");
     STRATA_REQUIRE(winFlags == NCCL_WIN_DEFAULT || winFlags == NCCL_WIN_COLL_SYMMETRIC, ncclInvalidArgument,
                    "ncclCommWindowRegister: unknown winFlags 0x%x", winFlags);
     STRATA_REQUIRE(buff || size == 0, ncclInvalidArgument, "ncclCommWindowRegister: buff is NULL with size %zu",
                    size);
-    *win = static_cast<ncclWindow_t>(api::addRegistration(comm, buff, size));
+    *win = static_cast<ncclWindow_t>(use.ready("ncclCommWindowRegister").pool().registerBuffer(buff, size));
   });
 }
 
 STRATA_API ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
   return api::guarded([&] {
     core::CommUse use(comm, "ncclCommWindowDeregister");
-    api::removeRegistration(comm, win, "ncclCommWindowDeregister");
+    use.ready("ncclCommWindowDeregister", true).pool().deregisterBuffer(win, "ncclCommWindowDeregister");
   });
 }
 

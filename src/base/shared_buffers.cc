@@ -1,5 +1,7 @@
 #include "base/shared_buffers.h"
 
+#include <sys/statvfs.h>
+
 #include <map>
 #include <mutex>
 
@@ -21,6 +23,9 @@ Registry& registry() {
 }  // namespace
 
 void* allocateShared(size_t bytes) {
+  // A full /dev/shm (containers often give it 64 MiB) would fault on first touch: check first.
+  struct statvfs st;
+  if (statvfs("/dev/shm", &st) != 0 || static_cast<double>(st.f_bavail) * st.f_frsize < 2.0 * bytes) return nullptr;
   ShmSegment seg = ShmSegment::create(bytes);
   void* p = seg.data();
   Registry& r = registry();

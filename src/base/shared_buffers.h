@@ -8,7 +8,8 @@
 
 namespace strata {
 
-// A page-aligned, pre-faulted, zeroed buffer in its own segment.
+// A page-aligned, pre-faulted, zeroed buffer in its own segment; null when
+// /dev/shm has not room for twice that (the caller uses private memory then).
 void* allocateShared(size_t bytes);
 // Frees a buffer from allocateShared; false if `p` is not one.
 bool freeShared(void* p);

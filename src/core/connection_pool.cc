@@ -122,6 +122,9 @@ std::shared_ptr<transport::Registration> ConnectionPool::registration(const Link
   constexpr size_t kRegistrationCache = 64;
   const transport::Transport& t = transport::selectTransport((*peers_)[rank_], (*peers_)[k.peer]);
   std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [handle, regs] : pinned_)
+    for (CachedRegistration& c : regs)
+      if (c.transport == &t && c.reg->covers(base, bytes)) return c.reg;
   for (auto it = registrations_.begin(); it != registrations_.end(); ++it)
     if (it->transport == &t && it->reg->live() && it->reg->covers(base, bytes)) {
       CachedRegistration hit = *it;  // most recently used moves to the back
@@ -135,6 +138,33 @@ std::shared_ptr<transport::Registration> ConnectionPool::registration(const Link
   if (registrations_.size() == kRegistrationCache) registrations_.erase(registrations_.begin());
   registrations_.push_back({&t, base, bytes, reg});
   return reg;
+}
+
+void* ConnectionPool::registerBuffer(void* base, size_t bytes) {
+  std::vector<CachedRegistration> regs;
+  for (size_t p = 0; p < peers_->size(); ++p) {
+    if (static_cast<int>(p) == rank_) continue;
+    transport::Transport& t = transport::selectTransport((*peers_)[rank_], (*peers_)[p]);
+    bool known = false;
+    for (const CachedRegistration& c : regs) known |= c.transport == &t;
+    if (known || !t.has(transport::kPut)) continue;
+    regs.push_back({&t, base, bytes, t.registerMemory(base, bytes)});
+    ++registrationsMade_;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  void* handle = reinterpret_cast<void*>(nextHandle_++);
+  pinned_[handle] = std::move(regs);
+  return handle;
+}
+
+void ConnectionPool::deregisterBuffer(void* handle, const char* fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pinned_.find(handle);
+  STRATA_REQUIRE(it != pinned_.end(), ncclInvalidArgument,
+                 "%s: rank %d: handle %p was not registered on this communicator (or was already deregistered)", fn,
+                 rank_, handle);
+  for (CachedRegistration& c : it->second) c.reg->deregister();
+  pinned_.erase(it);
 }
 
 bool ConnectionPool::flushed() {

@@ -42,6 +42,12 @@ class ConnectionPool {
   // Memory registered with the transport of receive link `k`: the last few are
   // kept, so a loop over the same buffers registers nothing after its first pass.
   std::shared_ptr<transport::Registration> registration(const LinkKey& k, void* base, size_t bytes);
+  // ncclCommRegister: [base, base + bytes) registered with every transport with
+  // one-sided writes that links this rank to a peer, kept until deregistered
+  // (registration() finds them first). Returns the handle.
+  void* registerBuffer(void* base, size_t bytes);
+  // Throws ncclInvalidArgument for a handle this pool did not hand out.
+  void deregisterBuffer(void* handle, const char* fn);
   // Registrations made (not found in the cache), for the NET debug counters.
   uint64_t registrationsMade() const { return registrationsMade_; }
 
@@ -71,6 +77,8 @@ class ConnectionPool {
     std::shared_ptr<transport::Registration> reg;
   };
   std::vector<CachedRegistration> registrations_;  // most recent last, at most kRegistrationCache
+  std::map<void*, std::vector<CachedRegistration>> pinned_;  // ncclCommRegister's, by handle
+  uintptr_t nextHandle_ = 1;
   uint64_t registrationsMade_ = 0;
 };
 
