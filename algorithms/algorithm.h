@@ -91,6 +91,11 @@ class PlanContext {
   // Ring channels this communicator may use, and the fewest a plan should use.
   virtual int maxChannels() const = 0;
   virtual int minChannels() const = 0;
+  // True when some transport with every capability in `caps` connects ranks `a` and `b`.
+  virtual bool reachable(int a, int b, uint32_t caps) const = 0;
+  // The stream device-memory work of this group goes on (the device proxy's); null
+  // for host memory.
+  virtual void* deviceStream() = 0;
   // What the transport between ranks `a` and `b` can do (transport::Capability
   // bits); every rank answers alike for any pair.
   virtual uint32_t linkCapabilities(int a, int b) const = 0;
@@ -102,8 +107,9 @@ class PlanContext {
   virtual void needSend(const LinkKey& k, LinkShape shape = {}) = 0;
   virtual void needRecv(const LinkKey& k, LinkShape shape = {}) = 0;
   // A pair of zero-filled shared regions of `bytes` with the peer (every rank
-  // that asks must be asked by the peer too): needs memory both ends map.
-  virtual void needRegion(const LinkKey& k, size_t bytes) = 0;
+  // that asks must be asked by the peer too): host memory both ends map, or
+  // (`device`) device memory the peer's GPU maps.
+  virtual void needRegion(const LinkKey& k, size_t bytes, bool device = false) = 0;
   virtual void addTask(LaneKey lane, TaskFactory make) = 0;
   // A rank's send to itself and its receive from itself meet in call order.
   virtual void selfSend(const char* fn, const void* buf, size_t bytes) = 0;
@@ -133,10 +139,16 @@ class Algorithm {
   virtual bool selectable() const { return true; }
   // Constraints beyond the collective (several nodes of equal size, ...).
   virtual bool applies(const TuneRequest&) const { return true; }
+  // True for algorithms that work on device memory (the others work on host memory).
+  virtual bool deviceMemory() const { return false; }
+  // True when the links of warmUp may fail to open: the communicator then goes
+  // without this algorithm instead of failing.
+  virtual bool optional() const { return false; }
   virtual double costUs(const TuneRequest& r, Protocol p) const = 0;
   virtual void plan(PlanContext& ctx, const CollectiveOp& op, Protocol p) const = 0;
-  // Links worth opening when the communicator is made, before any operation.
-  virtual void warmUp(PlanContext&) const {}
+  // Registers the links worth opening when the communicator is made; false when
+  // the algorithm cannot run on this communicator at all.
+  virtual bool warmUp(PlanContext&) const { return true; }
 };
 
 // Every algorithm this build has, in the order ties are broken (registry.cc).

@@ -5,7 +5,7 @@
 #include "algorithms/algorithm.h"
 #include "base/peer_info.h"
 
-#define STRATA_ALGORITHMS(X) X(ring) X(tree) X(hierarchical) X(leaders) X(one_shot) X(pairwise)
+#define STRATA_ALGORITHMS(X) X(ring) X(tree) X(hierarchical) X(leaders) X(one_shot) X(pairwise) X(device_direct)
 
 namespace strata::algorithms {
 

@@ -66,10 +66,18 @@ double costOf(const Algorithm& a, Protocol p, const TuneRequest& req) { return r
 
 Choice choose(const TuneRequest& req, const std::string& algoSpec, const std::string& protoSpec) {
   Choice best;
+  if (!tryChoose(req, algoSpec, protoSpec, &best)) nothingLeft(req, algoSpec, protoSpec);
+  return best;
+}
+
+bool tryChoose(const TuneRequest& req, const std::string& algoSpec, const std::string& protoSpec, Choice* out) {
+  Choice best;
   best.estimatedUs = std::numeric_limits<double>::infinity();
   const char* func = collectiveName(req.coll);
-  for (const Algorithm* a : registry()) {
-    if (!a->serves(req.coll) || !a->applies(req)) continue;
+  for (size_t i = 0; i < registry().size(); ++i) {
+    const Algorithm* a = registry()[i];
+    if (!a->serves(req.coll) || !a->applies(req) || a->deviceMemory() != req.deviceBuffers) continue;
+    if (req.unavailable >> i & 1) continue;
     bool listed = a->selectable() && traits(req.coll).scheduled;  // NCCL_ALGO lists only choose among these
     if (listed && !listAllows(algoSpec, a->name(), func)) continue;
     for (Protocol p : a->protocols()) {
@@ -79,8 +87,8 @@ Choice choose(const TuneRequest& req, const std::string& algoSpec, const std::st
       if (t < best.estimatedUs) best = Choice{a, p, t};
     }
   }
-  if (!best.algorithm) nothingLeft(req, algoSpec, protoSpec);
-  return best;
+  *out = best;
+  return best.algorithm != nullptr;
 }
 
 }  // namespace strata::algorithms

@@ -25,6 +25,8 @@ struct TuneRequest {
   LinkModel net;         // across nodes: per node link, shared by the node's ranks
   bool sharedMemory = false;  // every rank maps every other rank's memory: LL is possible
   double launchUs = 0;        // fixed cost of any operation (a kernel launch on GPUs); same for all choices
+  bool deviceBuffers = false;  // the operation's buffers are device memory
+  uint64_t unavailable = 0;    // bit i: registry()[i] cannot run on this communicator (its warm-up failed)
 };
 
 // Protocols: "Simple" moves whole slots through staging with a head/tail
@@ -48,6 +50,8 @@ bool listAllows(const std::string& spec, const std::string& name, const std::str
 // The cheapest allowed algorithm and protocol; throws ncclInvalidUsage naming
 // the variables when the lists exclude every candidate.
 Choice choose(const TuneRequest& req, const std::string& algoSpec, const std::string& protoSpec);
+// The same, false instead of throwing when nothing is left.
+bool tryChoose(const TuneRequest& req, const std::string& algoSpec, const std::string& protoSpec, Choice* out);
 
 // The cost model of one algorithm and protocol on a request (fixed launch cost included).
 double costOf(const Algorithm& a, Protocol p, const TuneRequest& req);

@@ -3,6 +3,7 @@
 // plan asks for) links it.
 #include "base/config.h"
 #include "base/error.h"
+#include "transports/cuda_ipc/cuda_ipc_transport.h"
 #include "transports/loopback/loopback_transport.h"
 #include "transports/shm/shm_transport.h"
 #include "transports/socket/socket_transport.h"
@@ -14,8 +15,10 @@ const std::vector<Transport*>& transports() {
     static loopback::LoopbackTransport loopback;
     static shm::ShmTransport shm;
     static socket::SocketTransport socket;
+    static cuda_ipc::CudaIpcTransport cudaIpc;
     std::vector<Transport*> l{&loopback};
     if (!config().shmDisable) l.push_back(&shm);
+    l.push_back(&cudaIpc);
     l.push_back(&socket);
     return l;
   }();
@@ -39,6 +42,14 @@ bool needsPolling() {
   for (Transport* t : transports())
     if (t->has(kNeedsPolling) && t->active()) return true;
   return false;
+}
+
+std::unique_ptr<RecvConnection> Transport::listen(const ConnectRequest&, std::string*) {
+  fail(ncclInvalidUsage, "transport %s has no two-sided slots (it offers regions only)", name());
+}
+
+std::unique_ptr<SendConnection> Transport::connect(const ConnectRequest&, const std::string&) {
+  fail(ncclInvalidUsage, "transport %s has no two-sided slots (it offers regions only)", name());
 }
 
 Transport& selectTransport(const PeerInfo& self, const PeerInfo& peer, uint32_t required) {

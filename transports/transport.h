@@ -151,10 +151,11 @@ class Transport {
   bool has(uint32_t caps) const { return (capabilities() & caps) == caps; }
   // True when this transport can link these two ranks.
   virtual bool canConnect(const PeerInfo& self, const PeerInfo& peer) const = 0;
-  // Receiver side: allocates the staging memory; `handle` is sent to the sender.
-  virtual std::unique_ptr<RecvConnection> listen(const ConnectRequest& req, std::string* handle) = 0;
+  // kSlots. Receiver side: allocates the staging memory; `handle` is sent to the
+  // sender. Called only on transports with kSlots (the others refuse).
+  virtual std::unique_ptr<RecvConnection> listen(const ConnectRequest& req, std::string* handle);
   // Sender side, given the receiver's handle.
-  virtual std::unique_ptr<SendConnection> connect(const ConnectRequest& req, const std::string& handle) = 0;
+  virtual std::unique_ptr<SendConnection> connect(const ConnectRequest& req, const std::string& handle);
   // kSharedRegions / kDeviceMemory: the regions; null otherwise.
   virtual RegionProvider* regions() { return nullptr; }
   // kPut: registers [base, base + bytes) for peers to write into; null when the

@@ -60,13 +60,13 @@ class Ring final : public Algorithm {
     return hops * l.latencyUs * (r.nodes > 1 ? kRingStepHops : 1.0) + transferUs(wireBytes, l);
   }
 
-  void warmUp(PlanContext& ctx) const override {
+  bool warmUp(PlanContext& ctx) const override {
     const RankLayout& l = ctx.layout();
-    if (l.nranks == 1) return;
-    for (int c = 0; c < ctx.maxChannels(); ++c) {
+    for (int c = 0; l.nranks > 1 && c < ctx.maxChannels(); ++c) {
       ctx.needRecv(channelFrom(l, c));
       ctx.needSend(channelTo(l, c));
     }
+    return true;
   }
 
   void plan(PlanContext& ctx, const CollectiveOp& op, Protocol) const override {

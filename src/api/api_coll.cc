@@ -1,7 +1,7 @@
 // Collectives, point-to-point, groups and reduction ops. Host buffers: each
 // call (or the group end) returns once the operation is complete. Device
 // buffers: the operation is enqueued on the stream and the call returns
-// (core/device_path.h).
+// (core/device_proxy.h).
 #include "api/api_boundary.h"
 #include "core/comm_handle.h"
 #include "core/group.h"

@@ -8,7 +8,6 @@
 #include "base/log.h"
 #include "core/bootstrap.h"
 #include "core/comm_handle.h"
-#include "core/device_path.h"
 #include "core/group.h"
 #include "device/gpu.h"
 

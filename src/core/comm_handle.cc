@@ -7,7 +7,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "base/log.h"
-#include "core/device_path.h"
+#include "core/device_proxy.h"
 
 namespace strata::core {
 namespace {
@@ -63,7 +63,7 @@ bool waitForCalls(ncclComm* h, const char* fn) {
 // STRATA_TIMEOUT to finish, or, when aborting, a second.
 void finish(ncclComm* h, bool aborting) {
   joinInit(h);
-  if (h->impl) device_path::release(*h->impl, aborting ? 1.0 : config().timeoutSec);
+  if (h->impl) h->impl->releaseDevice(aborting ? 1.0 : config().timeoutSec);
   h->impl.reset();
   std::lock_guard<std::mutex> lock(gMutex);
   live().erase(h);
@@ -189,7 +189,7 @@ void finalizeHandle(ncclComm* h) {
     gLeft.wait_for(lock, std::chrono::duration<double>(config().timeoutSec), [&] { return h->activeCalls == 1; });
   }
   lock.unlock();
-  device_path::drain(comm);
+  comm.drainDevice();
 }
 
 }  // namespace strata::core

@@ -15,6 +15,18 @@ uint32_t CommPlan::linkCapabilities(int a, int b) const {
 
 size_t CommPlan::putBytes() const { return config().putBytes; }
 
+bool CommPlan::reachable(int a, int b, uint32_t caps) const {
+  for (transport::Transport* t : transport::transports())
+    if (t->has(caps) && t->canConnect(comm_.peer(a), comm_.peer(b))) return true;
+  return false;
+}
+
+void* CommPlan::deviceStream() {
+  STRATA_REQUIRE(deviceStream_, ncclInternalError, "rank %d: a device-memory plan outside the device proxy",
+                 comm_.rank());
+  return deviceStream_;
+}
+
 void CommPlan::addTask(algorithms::LaneKey lane, algorithms::TaskFactory make) {
   pending_.push_back({lane, std::move(make)});
 }

@@ -14,7 +14,8 @@ namespace strata::core {
 
 class CommPlan final : public algorithms::PlanContext, public algorithms::Links {
  public:
-  explicit CommPlan(Communicator& comm) : comm_(comm) {}
+  // `deviceStream`: the stream of this group's device-memory work, if any.
+  explicit CommPlan(Communicator& comm, void* deviceStream = nullptr) : comm_(comm), deviceStream_(deviceStream) {}
 
   // PlanContext
   const algorithms::RankLayout& layout() const override { return comm_.layout(); }
@@ -22,11 +23,13 @@ class CommPlan final : public algorithms::PlanContext, public algorithms::Links 
   int maxChannels() const override { return comm_.numChannels(); }
   int minChannels() const override;
   uint32_t linkCapabilities(int a, int b) const override;
+  bool reachable(int a, int b, uint32_t caps) const override;
+  void* deviceStream() override;
   using PlanContext::linkCapabilities;
   size_t putBytes() const override;
   void needSend(const LinkKey& k, LinkShape shape) override { sends_[k] = shape; }
   void needRecv(const LinkKey& k, LinkShape shape) override { recvs_[k] = shape; }
-  void needRegion(const LinkKey& k, size_t bytes) override { regions_[k] = bytes; }
+  void needRegion(const LinkKey& k, size_t bytes, bool device) override { regions_[k] = {bytes, device}; }
   void addTask(algorithms::LaneKey lane, algorithms::TaskFactory make) override;
   void selfSend(const char* fn, const void* buf, size_t bytes) override;
   void selfRecv(const char* fn, void* buf, size_t bytes) override;
@@ -68,8 +71,9 @@ class CommPlan final : public algorithms::PlanContext, public algorithms::Links 
     size_t bytes;
   };
   Communicator& comm_;
+  void* deviceStream_;
   std::map<LinkKey, LinkShape> sends_, recvs_;
-  std::map<LinkKey, size_t> regions_;
+  std::map<LinkKey, RegionSpec> regions_;
   std::vector<Pending> pending_;
   std::vector<SelfCopy> selfSends_, selfRecvs_;
   std::vector<std::unique_ptr<char[]>> scratch_;

@@ -14,7 +14,6 @@
 #include "base/shm_segment.h"
 #include "core/comm_plan.h"
 #include "core/communicator.h"
-#include "core/device_direct.h"
 #include "device/gpu.h"
 #include "topology/local.h"
 
@@ -160,8 +159,7 @@ void Communicator::setup(std::vector<PeerInfo> peers, std::unique_ptr<Bootstrap>
   planNodes();
   reportTopology();
   warmUp();
-  device_direct::setup(*this);  // collective: maps the ranks' GPU staging when they may talk directly
-  bootstrap_->barrier();        // every rank's connections are up before anyone returns
+  bootstrap_->barrier();  // every rank's connections are up before anyone returns
   STRATA_INFO(kSubsysInit, rank(), "comm %s commId 0x%016llx rank %d nranks %d pid %d - %d channel(s) of %d x %zu B slots%s%s",
               opts_.name.empty() ? "-" : opts_.name.c_str(), static_cast<unsigned long long>(magic()), rank(), nranks(),
               getpid(), numChannels(), slots_, slotBytes_, nranks() > 1 ? ", ring via " : "",
@@ -265,10 +263,39 @@ void Communicator::reportTopology() {
   }
 }
 
+// Each algorithm opens what it wants at once; one that cannot run here (or, if
+// optional, whose links failed to open) is left out, and the ranks agree on it.
 void Communicator::warmUp() {
-  CommPlan plan(*this);
-  for (const algorithms::Algorithm* a : algorithms::registry()) a->warmUp(plan);
-  plan.openLinks();
+  const auto& all = algorithms::registry();
+  uint64_t unavailable = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    CommPlan plan(*this);
+    bool can = all[i]->warmUp(plan);
+    try {
+      if (can) plan.openLinks();
+    } catch (const Error& e) {
+      if (!all[i]->optional()) throw;
+      STRATA_INFO(kSubsysInit, rank(), "%s: not used on this communicator: %s", all[i]->name(), e.what());
+      can = false;
+    }
+    if (!can) unavailable |= uint64_t{1} << i;
+  }
+  for (const std::string& v : bootstrap_->allGather(std::string(reinterpret_cast<const char*>(&unavailable), 8))) {
+    uint64_t theirs = 0;
+    memcpy(&theirs, v.data(), std::min<size_t>(v.size(), 8));
+    unavailable |= theirs;
+  }
+  tuneBasis_.unavailable = unavailable;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (!all[i]->deviceMemory() || peers_[rank()].device < 0) continue;
+    if (!(unavailable >> i & 1))
+      STRATA_INFO(kSubsysInit, rank(), "%s: device buffers go GPU to GPU (%s)", all[i]->name(),
+                  pool_->transportTo(layout_.ringNext(), transport::kDeviceMemory));
+    else
+      STRATA_INFO(kSubsysInit, rank(), "%s: not used; device buffers are staged through host memory (one rank, "
+                  "several nodes, or no device-memory transport for every pair: NCCL_P2P_DISABLE, NCCL_P2P_LEVEL, "
+                  "the topology)", all[i]->name());
+  }
 }
 
 }  // namespace strata::core

@@ -5,22 +5,29 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "core/device_proxy.h"
 #include "core/post_office.h"
 
 namespace strata::core {
 
-algorithms::TuneRequest Communicator::tuneRequest(Collective coll, size_t bytes) const {
+algorithms::TuneRequest Communicator::tuneRequest(Collective coll, size_t bytes, bool device) const {
   algorithms::TuneRequest r = tuneBasis_;
   r.coll = coll;
   r.bytes = bytes;
+  r.deviceBuffers = device;
   return r;
 }
 
-algorithms::Choice Communicator::choose(Collective coll, size_t bytes) {
+bool Communicator::deviceCapable(Collective coll, size_t bytes) {
+  algorithms::Choice c;
+  return algorithms::tryChoose(tuneRequest(coll, bytes, true), config().algo, config().proto, &c);
+}
+
+algorithms::Choice Communicator::choose(Collective coll, size_t bytes, bool device) {
   const Config& cfg = config();
-  CachedChoice& c = choices_[(bytes * 31 + static_cast<size_t>(coll)) % choices_.size()];
-  if (c.config != &cfg || c.coll != coll || c.bytes != bytes) {
-    algorithms::TuneRequest req = tuneRequest(coll, bytes);
+  CachedChoice& c = choices_[(bytes * 31 + static_cast<size_t>(coll) * 2 + device) % choices_.size()];
+  if (c.config != &cfg || c.coll != coll || c.bytes != bytes || c.device != device) {
+    algorithms::TuneRequest req = tuneRequest(coll, bytes, device);
     c.choice = algorithms::choose(req, cfg.algo, cfg.proto);  // throws before caching
     if (logEnabled(LogLevel::kInfo, kSubsysTuning))
       STRATA_INFO(kSubsysTuning, rank(), "%s (%d ranks, %d node(s))",
@@ -29,6 +36,7 @@ algorithms::Choice Communicator::choose(Collective coll, size_t bytes) {
     c.config = &cfg;
     c.coll = coll;
     c.bytes = bytes;
+    c.device = device;
   }
   return c.choice;
 }
@@ -54,7 +62,34 @@ std::string Communicator::stopReason() const {
   return stopReason_;
 }
 
+DeviceProxy& Communicator::deviceProxy() {
+  std::lock_guard<std::mutex> lock(proxyMutex_);
+  if (!deviceProxy_) deviceProxy_ = std::make_unique<DeviceProxy>(*this);
+  return *deviceProxy_;
+}
+
+void Communicator::drainDevice(double waitSec) {
+  DeviceProxy* proxy = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(proxyMutex_);
+    proxy = deviceProxy_.get();
+  }
+  if (proxy) proxy->drain(waitSec);
+}
+
+void Communicator::releaseDevice(double waitSec) {
+  std::unique_ptr<DeviceProxy> proxy;
+  {
+    std::lock_guard<std::mutex> lock(proxyMutex_);
+    proxy = std::move(deviceProxy_);
+  }
+  if (proxy && !proxy->release(waitSec)) proxy.release();  // jobs still on a stream use it: kept
+}
+
+Communicator::Communicator() = default;
+
 Communicator::~Communicator() {
+  releaseDevice(0);
   pool_.reset();  // aborts every link: peers still waiting for this rank fail fast
   if (bootstrap_) PostOffice::instance().discard(bootstrap_->magic(), rank());
 }

@@ -22,11 +22,9 @@
 #include "core/redop_table.h"
 #include "topology/planner.h"
 
-namespace strata::transport::cuda_ipc {
-struct Mesh;
-}
-
 namespace strata::core {
+
+class DeviceProxy;
 
 // Set to the name of the lifetime call (ncclCommAbort, ...) that stops a handle;
 // null while it lives. Waits during init consult it.
@@ -85,12 +83,18 @@ class Communicator {
   // remembered for the last few sizes (the configuration, hence NCCL_ALGO /
   // NCCL_PROTO, is part of the key); under NCCL_DEBUG_SUBSYS=TUNING the first
   // choice for a size is logged with the line strata-topo prints for it.
-  algorithms::TuneRequest tuneRequest(Collective coll, size_t bytes) const;
-  algorithms::Choice choose(Collective coll, size_t bytes);
+  algorithms::TuneRequest tuneRequest(Collective coll, size_t bytes, bool device = false) const;
+  algorithms::Choice choose(Collective coll, size_t bytes, bool device = false);
+  // True when an algorithm can run this collective on device buffers (else the
+  // device proxy stages them through host memory).
+  bool deviceCapable(Collective coll, size_t bytes);
 
-  // The cuda_ipc mesh of GPU staging buffers (device_direct.h); null when not used.
-  const std::shared_ptr<transport::cuda_ipc::Mesh>& deviceMesh() const { return deviceMesh_; }
-  void setDeviceMesh(std::shared_ptr<transport::cuda_ipc::Mesh> m) { deviceMesh_ = std::move(m); }
+  // The device proxy: operations on device buffers, ordered on the caller's stream.
+  DeviceProxy& deviceProxy();
+  // Drains the device operations (at most `waitSec`) and stops the proxy.
+  void releaseDevice(double waitSec);
+  // Waits for the device operations enqueued so far (none without a proxy).
+  void drainDevice(double waitSec = -1);
 
   // Error state, as ncclCommGetAsyncError reports it.
   ncclResult_t asyncError() const { return asyncError_.load(); }
@@ -111,7 +115,7 @@ class Communicator {
   uint64_t nextChildSeq() { return ++childSeq_; }
 
  private:
-  Communicator() = default;
+  Communicator();
   static PeerInfo describeSelf(int rank, const CommOptions& opts, std::shared_ptr<Doorbell>* bell);
   void setup(std::vector<PeerInfo> peers, std::unique_ptr<Bootstrap> bootstrap, const CommOptions& opts);
   void chooseStaging(const CommOptions& opts);
@@ -137,10 +141,12 @@ class Communicator {
     const void* config = nullptr;
     Collective coll = Collective::kAllReduce;
     size_t bytes = 0;
+    bool device = false;
     algorithms::Choice choice;
   };
   std::array<CachedChoice, 16> choices_;
-  std::shared_ptr<transport::cuda_ipc::Mesh> deviceMesh_;
+  std::unique_ptr<DeviceProxy> deviceProxy_;  // made at the first device operation
+  std::mutex proxyMutex_;
   std::atomic<ncclResult_t> asyncError_{ncclSuccess};
   std::atomic<bool> abortRequested_{false};
   mutable std::mutex stopMutex_;

@@ -21,7 +21,19 @@ LinkShape ConnectionPool::shapeOf(LinkShape s) const {
   return s;
 }
 
-void ConnectionPool::listen(const std::map<LinkKey, LinkShape>& recvs, const std::map<LinkKey, size_t>& regions) {
+namespace {
+
+// A region the owner could not make still gets a handle, so its peer fails at
+// once (with the owner's reason) instead of waiting for it until the timeout.
+constexpr char kRegionFailed = '\x01';
+
+uint32_t regionCapability(const RegionSpec& spec) {
+  return spec.device ? transport::kDeviceMemory : transport::kSharedRegions;
+}
+
+}  // namespace
+
+void ConnectionPool::listen(const std::map<LinkKey, LinkShape>& recvs, const std::map<LinkKey, RegionSpec>& regions) {
   const PeerInfo& self = (*peers_)[rank_];
   int fresh = 0;
   for (const auto& [k, shape] : recvs) {
@@ -40,7 +52,7 @@ void ConnectionPool::listen(const std::map<LinkKey, LinkShape>& recvs, const std
     recvs_[k] = std::move(conn);
     ++fresh;
   }
-  for (const auto& [k, bytes] : regions) {
+  for (const auto& [k, spec] : regions) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (regionsIn_.count(k)) continue;
@@ -48,8 +60,13 @@ void ConnectionPool::listen(const std::map<LinkKey, LinkShape>& recvs, const std
     const PeerInfo& peer = (*peers_)[k.peer];
     transport::ConnectRequest req{&self, &peer, 0, 0};
     std::string handle;
-    transport::SharedRegion r =
-        transport::selectTransport(self, peer, transport::kSharedRegions).regions()->createRegion(req, bytes, &handle);
+    transport::SharedRegion r;
+    try {
+      r = transport::selectTransport(self, peer, regionCapability(spec)).regions()->createRegion(req, spec.bytes, &handle);
+    } catch (const Error& e) {
+      bootstrap_->send(k.peer, MsgKind::kRegion, k.id, kRegionFailed + std::string(e.what()));
+      throw;
+    }
     bootstrap_->send(k.peer, MsgKind::kRegion, k.id, handle);
     std::lock_guard<std::mutex> lock(mu_);
     regionsIn_[k] = std::move(r);
@@ -57,7 +74,7 @@ void ConnectionPool::listen(const std::map<LinkKey, LinkShape>& recvs, const std
   if (fresh) STRATA_INFO(kSubsysP2p, rank_, "links: receiving on %d new link(s)", fresh);
 }
 
-void ConnectionPool::connect(const std::map<LinkKey, LinkShape>& sends, const std::map<LinkKey, size_t>& regions) {
+void ConnectionPool::connect(const std::map<LinkKey, LinkShape>& sends, const std::map<LinkKey, RegionSpec>& regions) {
   const PeerInfo& self = (*peers_)[rank_];
   int fresh = 0;
   for (const auto& [k, shape] : sends) {
@@ -82,7 +99,7 @@ void ConnectionPool::connect(const std::map<LinkKey, LinkShape>& sends, const st
     sends_[k] = std::move(conn);
     ++fresh;
   }
-  for (const auto& [k, bytes] : regions) {
+  for (const auto& [k, spec] : regions) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (regionsOut_.count(k)) continue;
@@ -90,10 +107,12 @@ void ConnectionPool::connect(const std::map<LinkKey, LinkShape>& sends, const st
     const PeerInfo& peer = (*peers_)[k.peer];
     transport::ConnectRequest req{&self, &peer, 0, 0};
     std::string handle = bootstrap_->recv(k.peer, MsgKind::kRegion, k.id, stopped_);
+    STRATA_REQUIRE(handle.empty() || handle[0] != kRegionFailed, ncclRemoteError, "rank %d: rank %d could not share "
+                   "its memory: %s", rank_, k.peer, handle.c_str() + 1);
     transport::SharedRegion r =
-        transport::selectTransport(self, peer, transport::kSharedRegions).regions()->attachRegion(req, handle);
-    STRATA_REQUIRE(r.bytes >= bytes, ncclInternalError, "rank %d: rank %d's region is %zu bytes, not %zu", rank_,
-                   k.peer, r.bytes, bytes);
+        transport::selectTransport(self, peer, regionCapability(spec)).regions()->attachRegion(req, handle);
+    STRATA_REQUIRE(r.bytes >= spec.bytes, ncclInternalError, "rank %d: rank %d's region is %zu bytes, not %zu", rank_,
+                   k.peer, r.bytes, spec.bytes);
     std::lock_guard<std::mutex> lock(mu_);
     regionsOut_[k] = std::move(r);
   }
@@ -180,8 +199,8 @@ void ConnectionPool::abortAll() {
   for (auto& [k, c] : recvs_) c->abort();
 }
 
-const char* ConnectionPool::transportTo(int peer) const {
-  return transport::selectTransport((*peers_)[rank_], (*peers_)[peer]).name();
+const char* ConnectionPool::transportTo(int peer, uint32_t caps) const {
+  return transport::selectTransport((*peers_)[rank_], (*peers_)[peer], caps).name();
 }
 
 }  // namespace strata::core

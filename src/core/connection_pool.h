@@ -22,6 +22,12 @@ namespace strata::core {
 using algorithms::LinkKey;
 using algorithms::LinkShape;
 
+// A region pair: its size, and whether it is device memory.
+struct RegionSpec {
+  size_t bytes = 0;
+  bool device = false;
+};
+
 class ConnectionPool {
  public:
   // `stopped` is consulted while waiting for a peer's handle (throws to give up).
@@ -31,8 +37,8 @@ class ConnectionPool {
 
   // Phase 1: receive ends and this rank's halves of region pairs, handles sent.
   // Phase 2: send ends and the peers' halves. Keys already open are skipped.
-  void listen(const std::map<LinkKey, LinkShape>& recvs, const std::map<LinkKey, size_t>& regions);
-  void connect(const std::map<LinkKey, LinkShape>& sends, const std::map<LinkKey, size_t>& regions);
+  void listen(const std::map<LinkKey, LinkShape>& recvs, const std::map<LinkKey, RegionSpec>& regions);
+  void connect(const std::map<LinkKey, LinkShape>& sends, const std::map<LinkKey, RegionSpec>& regions);
 
   transport::SendConnection& send(const LinkKey& k);
   transport::RecvConnection& recv(const LinkKey& k);
@@ -55,8 +61,8 @@ class ConnectionPool {
   bool flushed();
   // Marks every link failed so that peers waiting on them stop too.
   void abortAll();
-  // The transport that links this rank to `peer`.
-  const char* transportTo(int peer) const;
+  // The transport that links this rank to `peer` (with these capabilities).
+  const char* transportTo(int peer, uint32_t caps = transport::kSlots) const;
 
  private:
   LinkShape shapeOf(LinkShape s) const;

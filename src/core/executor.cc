@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "device/dtypes.h"
+#include "device/gpu.h"
 
 namespace strata::core {
 namespace {
@@ -22,7 +23,7 @@ inline void cpuRelax() { __builtin_ia32_pause(); }
 CommPlan& Executor::planOf(Communicator& comm) {
   for (auto& [c, p] : plans_)
     if (c == &comm) return *p;
-  plans_.emplace_back(&comm, std::make_unique<CommPlan>(comm));
+  plans_.emplace_back(&comm, std::make_unique<CommPlan>(comm, deviceStream_));
   return *plans_.back().second;
 }
 
@@ -43,8 +44,9 @@ void Executor::add(Communicator& comm, const OpDesc& op) {
   c.root = op.root;
   if (reduces(op)) c.op = comm.redops().opFor(op);
   c.bytes = opBytes(op, comm.nranks());
+  bool device = deviceStream_ && (device::isDevicePointer(op.sendbuff) || device::isDevicePointer(op.recvbuff));
   // The tuner's choice; throws when NCCL_ALGO / NCCL_PROTO exclude every candidate.
-  algorithms::Choice choice = comm.choose(c.coll, c.bytes);
+  algorithms::Choice choice = comm.choose(c.coll, c.bytes, device);
   choice.algorithm->plan(plan, c, choice.proto);
 }
 

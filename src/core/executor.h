@@ -20,6 +20,9 @@ namespace strata::core {
 
 class Executor {
  public:
+  // `deviceStream`: where device-memory algorithms enqueue their kernels (the
+  // device proxy's stream; null on a rank's own thread, which runs host memory).
+  explicit Executor(void* deviceStream = nullptr) : deviceStream_(deviceStream) {}
   // Plans one operation. Throws for invalid ops (the group is then dropped).
   void add(Communicator& comm, const OpDesc& op);
   // Connects what the plans need and runs everything; throws on failure,
@@ -45,6 +48,7 @@ class Executor {
   using LaneId = std::tuple<Communicator*, uint64_t, int>;  // (communicator, lane id, index)
   std::map<LaneId, Lane> lanes_;
   std::vector<std::pair<Communicator*, std::unique_ptr<CommPlan>>> plans_;  // in the order communicators joined
+  void* deviceStream_;
   bool allDone_ = false;
   bool polling_ = false;  // some link needs this thread to move its data (sockets)
   const char* firstFn_ = nullptr;  // the first operation's API call, for messages

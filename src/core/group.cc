@@ -8,7 +8,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "base/log.h"
-#include "core/device_path.h"
+#include "core/device_proxy.h"
 #include "core/executor.h"
 
 namespace strata::core::group {
@@ -63,27 +63,28 @@ void checkGroup(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
   }
 }
 
-// Device buffers go to the stream (device_path.h); host buffers run here, after the
-// communicators' earlier device operations.
-void runOps(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
-  bool device = false;
-  for (auto& [h, op] : ops) device = device || device_path::touchesDevice(op);
-  if (device) {
-    checkGroup(ops);
-    return device_path::enqueue(ops);
-  }
-  for (auto& [h, op] : ops) device_path::drain(readyComm(h, op.fn));
-  runHostOps(ops);
-}
-
-}  // namespace
-
+// Runs operations on host memory now, on this thread.
 void runHostOps(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
   checkGroup(ops);
   Executor ex;
   for (auto& [h, op] : ops) ex.add(readyComm(h, op.fn), op);
   ex.run();
 }
+
+// Device buffers go to the stream (device_proxy.h); host buffers run here, after the
+// communicators' earlier device operations.
+void runOps(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
+  bool device = false;
+  for (auto& [h, op] : ops) device = device || DeviceProxy::touchesDevice(op);
+  if (device) {
+    checkGroup(ops);
+    return DeviceProxy::enqueue(ops);
+  }
+  for (auto& [h, op] : ops) readyComm(h, op.fn).drainDevice();
+  runHostOps(ops);
+}
+
+}  // namespace
 
 void start() { ++tGroup.depth; }
 

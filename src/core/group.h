@@ -19,9 +19,6 @@ bool active();
 void deferInit(ncclComm* h, std::function<void()> job);
 // Runs the operation now, or queues it when a group is open.
 void enqueue(ncclComm* h, const OpDesc& op);
-// Runs operations on host memory now, on this thread (the device path's proxy
-// runs staged operations through it).
-void runHostOps(const std::vector<std::pair<ncclComm*, OpDesc>>& ops);
 // Records that a call inside the group failed: the group end drops the group and reports it.
 void markFailed(ncclResult_t code, const std::string& msg);
 

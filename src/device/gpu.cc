@@ -32,6 +32,7 @@ class NoGpus final : public GpuBackend {
   void* streamCreate() override { refuse("streams"); }
   void streamDestroy(void*) override { refuse("streams"); }
   void streamSynchronize(void*) override { refuse("streams"); }
+  bool streamIdle(void*) override { refuse("streams"); }
   void copySync(void*, const void*, size_t) override { refuse("copies"); }
   void memsetSync(void*, int, size_t) override { refuse("copies"); }
   void* ipcAlloc(size_t, std::string*) override { refuse("CUDA IPC"); }
@@ -91,6 +92,7 @@ int setCurrentDevice(int device) { return backend().setCurrentDevice(device); }
 void* streamCreate() { return backend().streamCreate(); }
 void streamDestroy(void* stream) { backend().streamDestroy(stream); }
 void streamSynchronize(void* stream) { backend().streamSynchronize(stream); }
+bool streamIdle(void* stream) { return backend().streamIdle(stream); }
 void copySync(void* dst, const void* src, size_t bytes) {
   if (bytes) backend().copySync(dst, src, bytes);
 }

@@ -38,7 +38,7 @@ void gpuPrepare(void* dst, const void* src, size_t count, ncclDataType_t type, c
 // A vectorised copy (16-byte loads and stores where alignment allows).
 void gpuCopy(void* dst, const void* src, size_t bytes, void* stream);
 
-// Stream-ordered pieces of the host-staged device path (core/device_path.cc).
+// Stream-ordered pieces of the host-staged device path (core/device_proxy.h).
 // True while `stream` is being captured into a CUDA graph.
 bool streamCapturing(void* stream);
 // Page-locked host memory, mapped for the GPU and usable from any device.
@@ -59,6 +59,8 @@ int setCurrentDevice(int device);
 void* streamCreate();
 void streamDestroy(void* stream);
 void streamSynchronize(void* stream);
+// True when everything enqueued on the stream so far has finished (never blocks).
+bool streamIdle(void* stream);
 void copySync(void* dst, const void* src, size_t bytes);
 void memsetSync(void* dst, int value, size_t bytes);
 

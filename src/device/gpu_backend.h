@@ -36,6 +36,7 @@ class GpuBackend {
   virtual void* streamCreate() = 0;
   virtual void streamDestroy(void* stream) = 0;
   virtual void streamSynchronize(void* stream) = 0;
+  virtual bool streamIdle(void* stream) = 0;
   virtual void copySync(void* dst, const void* src, size_t bytes) = 0;
   virtual void memsetSync(void* dst, int value, size_t bytes) = 0;
   virtual void* ipcAlloc(size_t bytes, std::string* handle) = 0;

@@ -104,6 +104,12 @@ class CudaGpus final : public GpuBackend {
   void streamSynchronize(void* stream) override {
     checkCuda(cudaStreamSynchronize(asStream(stream)), "cudaStreamSynchronize");
   }
+  bool streamIdle(void* stream) override {
+    cudaError_t e = cudaStreamQuery(asStream(stream));
+    if (e == cudaErrorNotReady) return false;
+    checkCuda(e, "cudaStreamQuery");
+    return true;
+  }
   // Not on the legacy default stream: that one waits for every blocking stream of
   // the device, including a user's stream held by the device path for this thread.
   void copySync(void* dst, const void* src, size_t bytes) override {

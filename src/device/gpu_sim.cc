@@ -52,6 +52,10 @@ class SimStream {
     std::unique_lock<std::mutex> lock(mu_);
     idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
   }
+  bool idle() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return queue_.empty() && !busy_;
+  }
 
  private:
   void loop() {
@@ -224,6 +228,7 @@ class SimGpus final : public GpuBackend {
     streams_.erase(it);
   }
   void streamSynchronize(void* stream) override { of(stream).synchronize(); }
+  bool streamIdle(void* stream) override { return of(stream).idle(); }
   void copySync(void* dst, const void* src, size_t bytes) override { memmove(dst, src, bytes); }
   void memsetSync(void* dst, int value, size_t bytes) override { memset(dst, value, bytes); }
   void* ipcAlloc(size_t bytes, std::string* handle) override {

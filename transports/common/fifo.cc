@@ -154,6 +154,12 @@ class FifoReceiver final : public RecvConnection, public PutReceiver {
     }
     while (arrived()) {  // the sender could not write into this memory: the put comes through the slots
       uint64_t size = h_->sizes[tail_ % h_->slots];
+      // ... unless the put landed after putsDone was read, and this message is the
+      // sender's next one: having seen it (acquire), the put's count is visible now.
+      if (!(size & kPutThroughSlots) && h_->putsDone.load(std::memory_order_acquire) > completed_) {
+        *bytes = h_->offers[completed_ % kMaxOffers].written;
+        return finishOffer();
+      }
       STRATA_REQUIRE(size & kPutThroughSlots, ncclInvalidUsage,
                      "a message arrived where a one-sided write was expected: the ranks planned this operation "
                      "differently (counts, types or the order of calls differ)");

@@ -1,0 +1,80 @@
+// Operations on device buffers, ordered on the caller's CUDA stream, through a
+// proxy thread the communicator owns (docs/design.md, "The GPU path").
+//
+// At the group end each stream gets its part of a job: copies of the inputs to
+// pinned staging (staged jobs), a host callback telling the proxy they are there,
+// a one-thread kernel holding the stream until the proxy raises the job's flag,
+// and the copies back. The proxy runs the operations through an executor: on the
+// staging buffers with every host algorithm and transport, or on the device
+// buffers themselves with an algorithm that works on device memory (GPU to GPU
+// over device regions, on the proxy's own stream). The call returns once all of
+// that is enqueued.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "core/op.h"
+
+struct ncclComm;
+
+namespace strata::core {
+
+class Communicator;
+struct DeviceJob;
+
+class DeviceProxy {
+ public:
+  explicit DeviceProxy(Communicator& comm);
+  ~DeviceProxy();
+
+  // True when the operation reads or writes device memory.
+  static bool touchesDevice(const OpDesc& op);
+  // Enqueues a group (one callback and one wait per stream) and returns; the
+  // first communicator's proxy runs it. Throws ncclInvalidUsage for a stream under
+  // CUDA graph capture.
+  static void enqueue(const std::vector<std::pair<ncclComm*, OpDesc>>& ops);
+
+  // Waits until this communicator's device operations have finished (host side
+  // and the copies back), at most `waitSec` (negative: STRATA_TIMEOUT).
+  void drain(double waitSec = -1);
+  // Drains (at most `waitSec`), then stops the proxy thread; false when jobs are
+  // still on a stream, whose callbacks use this object (the caller then keeps it).
+  bool release(double waitSec);
+
+  // Pinned staging and flag words, pooled (callbacks return them; no CUDA calls there).
+  void* acquireStaging(size_t bytes, std::vector<std::pair<void*, size_t>>* owned);
+  uint64_t* acquireFlag();
+  void returnStaging(const std::vector<std::pair<void*, size_t>>& buffers, const std::vector<uint64_t*>& flags);
+  // Job bookkeeping, for the stream callbacks.
+  void jobStarted();
+  void jobFinished();
+  void notifyInputs();
+  void forget(const DeviceJob* job);
+  void queue(std::shared_ptr<DeviceJob> job);
+
+ private:
+  void loop();
+  void run(DeviceJob& job, size_t part);
+
+  Communicator& comm_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<DeviceJob>> queue_;
+  std::map<const DeviceJob*, std::shared_ptr<DeviceJob>> jobs_;  // alive until their last callback
+  std::multimap<size_t, void*> pool_;                           // free pinned buffers by size
+  std::vector<uint64_t*> freeFlags_, flagSlabs_;
+  int unfinished_ = 0;  // jobs touching this communicator that have not finished
+  bool stop_ = false;
+  void* stream_ = nullptr;  // the proxy's own, for device-memory algorithms
+  std::thread thread_;
+};
+
+}  // namespace strata::core

@@ -1,0 +1,186 @@
+// How a group on device buffers becomes a job on the caller's streams: staged
+// through pinned host memory (every host algorithm works on it), or direct when
+// an algorithm works on device memory for every operation of the group.
+#include <algorithm>
+
+#include "base/error.h"
+#include "core/comm_handle.h"
+#include "core/communicator.h"
+#include "core/device_job.h"
+#include "core/device_proxy.h"
+#include "device/dtypes.h"
+#include "device/gpu.h"
+
+namespace strata::core {
+namespace {
+
+// A copy between a device buffer and staging, made on `stream`.
+struct Transfer {
+  void* stream;
+  void* dst;
+  const void* src;
+  size_t bytes;
+};
+
+// What the streams do for one part: copies in before telling the proxy, copies
+// out after its flag.
+struct PartCopies {
+  std::vector<Transfer> in, out;
+};
+
+// Staged all-reduce, broadcast and reduce are element-wise, so a large one runs as
+// chunks: the copies of one chunk overlap the host's work on another.
+constexpr size_t kStageChunkBytes = 4 << 20;
+
+// CUDA's callback thread: no CUDA calls, no blocking.
+void onInputsStaged(void* arg) {
+  auto* part = static_cast<DevicePart*>(arg);
+  if (part->waiting.fetch_sub(1) != 1) return;
+  part->home->notifyInputs();
+}
+
+void onOutputsCopied(void* arg) {
+  auto* job = static_cast<DeviceJob*>(arg);
+  if (job->finishing.fetch_sub(1) != 1) return;
+  std::vector<uint64_t*> flags;
+  for (auto& part : job->parts) flags.push_back(part->flag);
+  job->home->returnStaging(job->buffers, flags);
+  for (DeviceProxy* p : job->proxies) p->jobFinished();
+  job->home->forget(job);  // the last reference: the job is freed
+}
+
+void addProxy(DeviceJob& job, DeviceProxy& p) {
+  if (std::find(job.proxies.begin(), job.proxies.end(), &p) == job.proxies.end()) job.proxies.push_back(&p);
+}
+
+// Rewrites the operations onto staging buffers; returns every operation's copies.
+PartCopies stage(const std::vector<std::pair<ncclComm*, OpDesc>>& ops, DeviceJob& job) {
+  PartCopies copies;
+  DevicePart& part = *job.parts[0];
+  for (auto& [h, op] : ops) {
+    Communicator& c = *h->impl;
+    size_t in = sendBytes(op, c.nranks()), out = recvBytes(op, c.nranks());
+    OpDesc host = op;
+    host.stream = nullptr;
+    host.pinned = c.redops().pin(op);
+    host.sendbuff = job.home->acquireStaging(in, &job.buffers);
+    host.recvbuff = job.home->acquireStaging(out, &job.buffers);
+    if (readsSendBuffer(op, c.rank())) copies.in.push_back({op.stream, const_cast<void*>(host.sendbuff), op.sendbuff, in});
+    if (writesRecvBuffer(op, c.rank())) copies.out.push_back({op.stream, op.recvbuff, host.recvbuff, out});
+    part.ops.emplace_back(h, host);
+    addProxy(job, c.deviceProxy());
+  }
+  return copies;
+}
+
+Transfer slice(const Transfer& t, size_t offset, size_t bytes) {
+  return {t.stream, static_cast<char*>(t.dst) + offset, static_cast<const char*>(t.src) + offset, bytes};
+}
+
+// Splits a staged single all-reduce, broadcast or reduce into chunk-sized parts.
+std::vector<PartCopies> chunk(DeviceJob& job, const PartCopies& whole) {
+  const auto& [h, op] = job.parts[0]->ops[0];
+  bool splittable = job.parts[0]->ops.size() == 1 && op.kind == OpKind::kCollective &&
+                    (op.coll == Collective::kAllReduce || op.coll == Collective::kBroadcast ||
+                     op.coll == Collective::kReduce);
+  size_t es = device::dtypeSize(op.type), per = kStageChunkBytes / es;
+  if (!splittable || op.count <= per) return {whole};
+  std::vector<PartCopies> parts;
+  OpDesc base = op;
+  ncclComm* comm = h;
+  job.parts.clear();
+  for (size_t o = 0; o < base.count; o += per) {
+    size_t n = std::min(per, base.count - o);
+    auto part = std::make_unique<DevicePart>();
+    OpDesc piece = base;
+    piece.count = n;
+    piece.sendbuff = static_cast<const char*>(base.sendbuff) + o * es;
+    piece.recvbuff = static_cast<char*>(base.recvbuff) + o * es;
+    part->ops.emplace_back(comm, piece);
+    job.parts.push_back(std::move(part));
+    PartCopies pc;
+    for (const Transfer& t : whole.in) pc.in.push_back(slice(t, o * es, n * es));
+    for (const Transfer& t : whole.out) pc.out.push_back(slice(t, o * es, n * es));
+    parts.push_back(std::move(pc));
+  }
+  return parts;
+}
+
+// GPU to GPU when the group is one communicator on one stream and an algorithm
+// works on device memory for every operation (the tuner says, NCCL_ALGO included).
+bool direct(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
+  for (auto& [h, op] : ops) {
+    if (h != ops.front().first || op.stream != ops.front().second.stream || op.kind != OpKind::kCollective)
+      return false;
+    if (!device::isDevicePointer(op.sendbuff) || !device::isDevicePointer(op.recvbuff)) return false;
+    if (!h->impl->deviceCapable(op.coll, opBytes(op, h->impl->nranks()))) return false;
+  }
+  return true;
+}
+
+// The distinct streams of the group, each with the device to launch on.
+std::vector<std::pair<void*, int>> streamsOf(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
+  std::vector<std::pair<void*, int>> streams;
+  for (auto& [h, op] : ops) {
+    auto known = [&](const std::pair<void*, int>& e) { return e.first == op.stream; };
+    if (std::find_if(streams.begin(), streams.end(), known) == streams.end())
+      streams.emplace_back(op.stream, h->impl->device());
+  }
+  return streams;
+}
+
+}  // namespace
+
+bool DeviceProxy::touchesDevice(const OpDesc& op) {
+  if (device::gpuCount() == 0) return false;
+  return device::isDevicePointer(op.sendbuff) || device::isDevicePointer(op.recvbuff);
+}
+
+void DeviceProxy::enqueue(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
+  for (auto& [h, op] : ops)
+    STRATA_REQUIRE(!device::streamCapturing(op.stream), ncclInvalidUsage,
+                   "%s: rank %d: the stream is being captured into a CUDA graph; Strata's device path runs each "
+                   "operation through a host proxy thread, which a graph cannot replay (capture is not supported yet)",
+                   op.fn, h->rank);
+  auto job = std::make_shared<DeviceJob>();
+  job->parts.push_back(std::make_unique<DevicePart>());
+  job->home = &ops.front().first->impl->deviceProxy();
+  std::vector<std::pair<void*, int>> streams = streamsOf(ops);
+  std::vector<PartCopies> copies;
+  job->direct = direct(ops);
+  if (job->direct) {  // the proxy's algorithm reads and writes the device buffers itself
+    job->parts[0]->ops = ops;
+    for (auto& [h, op] : job->parts[0]->ops) op.pinned = h->impl->redops().pin(op);
+    addProxy(*job, *job->home);
+    copies.emplace_back();
+  } else {
+    copies = chunk(*job, stage(ops, *job));
+  }
+  for (auto& part : job->parts) {
+    part->flag = job->home->acquireFlag();
+    part->waiting = static_cast<int>(streams.size());
+    part->home = job->home;
+  }
+  job->finishing = static_cast<int>(streams.size());
+  for (DeviceProxy* p : job->proxies) p->jobStarted();
+  job->home->queue(job);
+  // Per stream: every part's inputs, each followed by a word to the proxy; then each
+  // part's wait and copies back; then the staging goes back to the pool.
+  for (auto& [stream, dev] : streams) {
+    int prev = device::setCurrentDevice(dev);
+    for (size_t k = 0; k < job->parts.size(); ++k) {
+      for (const Transfer& t : copies[k].in)
+        if (t.stream == stream) device::copyAsync(t.dst, t.src, t.bytes, t.stream);
+      device::hostCallback(stream, onInputsStaged, job->parts[k].get());
+    }
+    for (size_t k = 0; k < job->parts.size(); ++k) {
+      device::waitHostFlag(stream, job->parts[k]->flag, 1);
+      for (const Transfer& t : copies[k].out)
+        if (t.stream == stream) device::copyAsync(t.dst, t.src, t.bytes, t.stream);
+    }
+    device::hostCallback(stream, onOutputsCopied, job.get());
+    device::setCurrentDevice(prev);
+  }
+}
+
+}  // namespace strata::core

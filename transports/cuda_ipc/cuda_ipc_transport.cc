@@ -1,0 +1,105 @@
+#include "transports/cuda_ipc/cuda_ipc_transport.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/config.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "device/gpu.h"
+#include "topology/local.h"
+#include "topology/planner.h"
+
+namespace strata::transport::cuda_ipc {
+namespace {
+
+// What the owner sends: its process, the pointer (for ranks of that process) and
+// the CUDA IPC handle (for the others).
+struct Handle {
+  uint64_t process;
+  uintptr_t pointer;
+  uint64_t bytes;
+  char ipc[64];
+};
+
+// Runs on `device`, restoring the thread's current one after.
+struct OnDevice {
+  explicit OnDevice(int device) : previous(device::setCurrentDevice(device)) {}
+  ~OnDevice() { device::setCurrentDevice(previous); }
+  int previous;
+};
+
+int gpuNode(const topology::System& sys, const PeerInfo& p) {
+  for (int g : sys.ofType(topology::NodeType::kGpu))
+    if (sys.node(g).id == p.busId) return g;
+  return -1;
+}
+
+template <typename F>
+std::shared_ptr<void> owning(void* p, F release) {
+  return std::shared_ptr<void>(p, [release](void* q) {
+    try {
+      release(q);
+    } catch (const Error& e) {
+      STRATA_WARN(-1, "cuda_ipc: %s", e.what());
+    }
+  });
+}
+
+}  // namespace
+
+std::string CudaIpcTransport::refusal(const PeerInfo& self, const PeerInfo& peer) {
+  if (!self.sameHost(peer)) return "ranks on different hosts";
+  if (self.device < 0 || peer.device < 0) return "a rank has no GPU";
+  if (device::gpuCount() == 0) return device::gpuUnavailableReason();
+  const Config& cfg = config();
+  if (cfg.p2pDisable) return "NCCL_P2P_DISABLE=1";
+  topology::PlanOptions opts;
+  if (!cfg.p2pLevel.empty() && !topology::parsePathType(cfg.p2pLevel, &opts.p2pLevel))
+    return "NCCL_P2P_LEVEL=" + cfg.p2pLevel + " is not a path class (LOC NVL NVB PIX PXB PHB SYS)";
+  auto topo = topology::localTopology(cfg.topoFile);
+  int a = gpuNode(topo->sys, self), b = gpuNode(topo->sys, peer);
+  if (a < 0 || b < 0 || a == b) return "";  // unknown to the topology (no NVML), or one GPU: CUDA decides
+  if (topology::hopBetween(topo->sys, a, b, opts).staged)
+    return format("GPUs %s and %s are %s apart, beyond NCCL_P2P_LEVEL %s or without peer access", self.busId,
+                  peer.busId, topology::pathTypeName(topo->sys.path(a, b).type), topology::pathTypeName(opts.p2pLevel));
+  return "";
+}
+
+bool CudaIpcTransport::canConnect(const PeerInfo& self, const PeerInfo& peer) const {
+  return refusal(self, peer).empty();
+}
+
+SharedRegion CudaIpcTransport::createRegion(const ConnectRequest& req, size_t bytes, std::string* handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::shared_ptr<void> buffer = owned_[{req.self, bytes}].lock();
+  if (!buffer) {
+    OnDevice on(req.self->device);
+    std::string ipc;
+    buffer = owning(device::ipcAlloc(bytes, &ipc), [](void* q) { device::ipcFree(q); });
+    owned_[{req.self, bytes}] = buffer;
+    ipcHandles_[buffer.get()] = ipc;
+  }
+  const std::string& ipc = ipcHandles_[buffer.get()];
+  Handle h{req.self->processHash, reinterpret_cast<uintptr_t>(buffer.get()), bytes, {}};
+  memcpy(h.ipc, ipc.data(), std::min(ipc.size(), sizeof h.ipc));
+  handle->assign(reinterpret_cast<const char*>(&h), sizeof h);
+  return SharedRegion{buffer.get(), bytes, buffer, nullptr};
+}
+
+SharedRegion CudaIpcTransport::attachRegion(const ConnectRequest& req, const std::string& handle) {
+  Handle h;
+  STRATA_REQUIRE(handle.size() == sizeof h, ncclInternalError, "cuda_ipc: malformed handle from rank %d",
+                 req.peer->rank);
+  memcpy(static_cast<void*>(&h), handle.data(), sizeof h);
+  if (h.process == req.self->processHash)  // the same address space: the pointer itself
+    return SharedRegion{reinterpret_cast<void*>(h.pointer), h.bytes, nullptr, nullptr};
+  OnDevice on(req.self->device);
+  std::string why;
+  void* p = device::ipcOpen(std::string(h.ipc, sizeof h.ipc), &why);
+  STRATA_REQUIRE(p, ncclUnhandledCudaError, "cuda_ipc: rank %d cannot map rank %d's device memory: %s",
+                 req.self->rank, req.peer->rank, why.c_str());
+  return SharedRegion{p, h.bytes, owning(p, [](void* q) { device::ipcClose(q); }), nullptr};
+}
+
+}  // namespace strata::transport::cuda_ipc
