@@ -165,6 +165,13 @@ class Transport {
     (void)bytes;
     return nullptr;
   }
+  // False once `peer`'s process is known to have exited. Transports whose
+  // connections cannot see that themselves (shared memory) check the process;
+  // the others report it through peerAborted() (a socket's end of stream).
+  virtual bool peerAlive(const PeerInfo& peer) const {
+    (void)peer;
+    return true;
+  }
   // kNeedsPolling: moves data on this transport's connections; false when it has none.
   virtual bool progress() { return false; }
   // kNeedsPolling: true while connections exist that only progress() moves.

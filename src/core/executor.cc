@@ -171,8 +171,7 @@ void Executor::checkHealth(double idleSec) {
     // A peer process that died is found by its pid only where the connection cannot
     // tell: shared memory. A socket reports the exit as its end of stream, and the
     // dead peer's kernel may still be delivering what it sent.
-    if (peer >= 0 && transport::selectTransport(comm.peer(comm.rank()), comm.peer(peer)).has(transport::kSharedRegions) &&
-        !processAlive(comm.peer(peer).pid)) {
+    if (peer >= 0 && !transport::selectTransport(comm.peer(comm.rank()), comm.peer(peer)).peerAlive(comm.peer(peer))) {
       // Whatever it stored before exiting is there now, maybe since the last sweep: take it before judging.
       if (sweepOrFail()) return;
       failAll(ncclRemoteError, format("%s: rank %d: rank %d (pid %d) exited while this rank waited for it", t.fn(),

@@ -13,6 +13,8 @@ class ShmTransport final : public MemoryTransport {
  public:
   const char* name() const override { return "shm"; }
   bool canConnect(const PeerInfo& self, const PeerInfo& peer) const override { return self.sameHost(peer); }
+  // Shared memory cannot tell that its other end died: its process can (zombies included).
+  bool peerAlive(const PeerInfo& peer) const override { return processAlive(peer.pid); }
   SharedRegion createRegion(const ConnectRequest& req, size_t bytes, std::string* handle) override;
   SharedRegion attachRegion(const ConnectRequest& req, const std::string& handle) override;
 
