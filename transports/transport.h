@@ -8,6 +8,8 @@
 //    (memory it registered), and the sender writes each straight there and
 //    signals it: one copy instead of two (CMA or a mapped segment on one host,
 //    a plain copy between threads, RDMA write with immediate between nodes);
+//  - one-sided reads (kGet): the sender exposes where a message's data is and
+//    the receiver copies it out (receivers of one root copy in parallel);
 //  - shared regions (kSharedRegions): memory both ends map, for protocols that
 //    store data straight into it (the LL protocol's flag-tagged words);
 //  - device memory (kDeviceMemory): regions in GPU memory, usable by kernels;
@@ -35,6 +37,7 @@ enum Capability : uint32_t {
   kSharedRegions = 1u << 2,
   kDeviceMemory = 1u << 3,
   kNeedsPolling = 1u << 4,
+  kGet = 1u << 5,
 };
 
 // A range of this rank's memory registered with a transport, so that peers may
@@ -84,6 +87,26 @@ class PutSender {
   virtual bool putsComplete() const { return true; }
 };
 
+// The side whose memory is read (kGet): the message's sender.
+class GetSender {
+ public:
+  virtual ~GetSender() = default;
+  // Exposes [src, src + bytes) as the next message for the receiver to read; false
+  // while too many are outstanding. Throws unless `reg` is live and covers it.
+  virtual bool tryExpose(const void* src, size_t bytes, const Registration& reg) = 0;
+  // True once the oldest exposure has been read: its memory may change again.
+  virtual bool tryGetDone() = 0;
+};
+
+// The side that reads (kGet): the message's receiver.
+class GetReceiver {
+ public:
+  virtual ~GetReceiver() = default;
+  // Copies the oldest exposure into `dst` (throws if it exceeds `bytes`); false
+  // while none is exposed yet. *got gets its size.
+  virtual bool tryGet(void* dst, size_t bytes, size_t* got) = 0;
+};
+
 class SendConnection {
  public:
   virtual ~SendConnection() = default;
@@ -101,6 +124,8 @@ class SendConnection {
   virtual bool flushed() { return true; }
   // One-sided writes, where the transport has kPut; null otherwise.
   virtual PutSender* puts() { return nullptr; }
+  // One-sided reads of this end's memory, where the transport has kGet; null otherwise.
+  virtual GetSender* gets() { return nullptr; }
 };
 
 class RecvConnection {
@@ -114,6 +139,8 @@ class RecvConnection {
   virtual bool peerAborted() const = 0;
   // One-sided writes, where the transport has kPut; null otherwise.
   virtual PutReceiver* puts() { return nullptr; }
+  // One-sided reads of the sender's memory, where the transport has kGet; null otherwise.
+  virtual GetReceiver* gets() { return nullptr; }
 };
 
 // What both ends know when they set up a connection.

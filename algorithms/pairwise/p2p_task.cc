@@ -14,7 +14,8 @@ class P2pTask final : public Task {
   explicit P2pTask(const P2pTaskArgs& a) : a_(a) {}
 
   bool progress() override {
-    if (a_.put) return a_.send ? putAll() : receivePut();
+    if (a_.mode == P2pTaskArgs::Mode::kPut) return a_.send ? putAll() : receivePut();
+    if (a_.mode == P2pTaskArgs::Mode::kGet) return a_.send ? exposeAll() : receiveGet();
     bool moved = false;
     while (offset_ < a_.bytes) {
       if (!(a_.send ? sendOne() : recvOne())) break;
@@ -23,7 +24,8 @@ class P2pTask final : public Task {
     return moved;
   }
   bool done() const override {
-    return offset_ == a_.bytes && (!a_.put || !a_.send || a_.send->puts()->putsComplete());
+    if (a_.mode == P2pTaskArgs::Mode::kGet && a_.send) return read_;
+    return offset_ == a_.bytes && (a_.mode != P2pTaskArgs::Mode::kPut || !a_.send || a_.send->puts()->putsComplete());
   }
   int waitingOn() const override { return a_.peer; }
   const char* fn() const override { return a_.fn; }
@@ -71,9 +73,32 @@ class P2pTask final : public Task {
     return true;
   }
 
+  bool exposeAll() {
+    if (read_) return false;
+    bool moved = false;
+    if (offset_ < a_.bytes || (a_.bytes == 0 && !offered_)) {
+      if (!a_.send->gets()->tryExpose(a_.buffer, a_.bytes, *a_.reg)) return false;
+      offset_ = a_.bytes;
+      offered_ = moved = true;
+    }
+    if (a_.send->gets()->tryGetDone()) read_ = moved = true;
+    return moved;
+  }
+  bool receiveGet() {
+    size_t got = 0;
+    if (offset_ == a_.bytes || !a_.recv->gets()->tryGet(a_.buffer, a_.bytes, &got)) return false;
+    STRATA_REQUIRE(got == a_.bytes, ncclInvalidUsage,
+                   "%s: rank %d: rank %d sent %zu bytes where this rank's receive expects %zu (send and receive "
+                   "counts or types differ)",
+                   a_.fn, a_.rank, a_.peer, got, a_.bytes);
+    offset_ = a_.bytes;
+    return true;
+  }
+
   P2pTaskArgs a_;
   size_t offset_ = 0;
   bool offered_ = false;
+  bool read_ = false;  // the receiver has read the exposed buffer
 };
 
 }  // namespace

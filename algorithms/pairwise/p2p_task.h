@@ -15,9 +15,10 @@ struct P2pTaskArgs {
   size_t bytes;
   transport::SendConnection* send;  // exactly one of send / recv
   transport::RecvConnection* recv;
-  // The whole transfer as one one-sided write into the receiver's buffer
-  // (registered in `reg` on the receiving side) instead of slot-sized messages.
-  bool put = false;
+  // How the bytes move: slot-sized messages, one one-sided write into the
+  // receiver's buffer, or one one-sided read of the sender's (the side whose
+  // memory is reached registers it in `reg`).
+  enum class Mode { kSlots, kPut, kGet } mode = Mode::kSlots;
   std::shared_ptr<transport::Registration> reg = nullptr;
 };
 std::unique_ptr<Task> makeP2pTask(const P2pTaskArgs& args);

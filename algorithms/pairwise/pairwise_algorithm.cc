@@ -16,35 +16,40 @@ bool overlaps(const void* a, const void* b, size_t bytes) {
   return x < y + bytes && y < x + bytes;
 }
 
-// One one-sided write for a large transfer where the link has them; both ends
-// decide alike from the byte count (equal by NCCL's rules for send and receive).
-bool usePut(PlanContext& ctx, int peer, size_t bytes) {
-  return ctx.putBytes() > 0 && bytes >= ctx.putBytes() && (ctx.linkCapabilities(peer) & transport::kPut);
+// A large transfer moves once where the link allows: one one-sided write, or,
+// for a root that scatters (its receivers then copy in parallel), one read by
+// the receiver. Both ends decide alike from the byte count (equal by NCCL's rules).
+P2pTaskArgs::Mode modeFor(PlanContext& ctx, int peer, size_t bytes, bool fanOut) {
+  if (ctx.putBytes() == 0 || bytes < ctx.putBytes()) return P2pTaskArgs::Mode::kSlots;
+  uint32_t caps = ctx.linkCapabilities(peer);
+  if (fanOut && (caps & transport::kGet)) return P2pTaskArgs::Mode::kGet;
+  return caps & transport::kPut ? P2pTaskArgs::Mode::kPut : P2pTaskArgs::Mode::kSlots;
 }
 
-void addSend(PlanContext& ctx, const char* fn, const char* buf, size_t bytes, int peer) {
+void addSend(PlanContext& ctx, const char* fn, const char* buf, size_t bytes, int peer, bool fanOut = false) {
   const RankLayout& l = ctx.layout();
   if (peer == l.rank) return ctx.selfSend(fn, buf, bytes);
   LinkKey k{peer, linkId("p2p")};
   ctx.needSend(k);
   P2pTaskArgs a{fn, l.rank, peer, const_cast<char*>(buf), bytes, nullptr, nullptr};
-  a.put = usePut(ctx, peer, bytes);
+  a.mode = modeFor(ctx, peer, bytes, fanOut);
   ctx.addTask({linkId("p2p.send"), peer}, [a, k](Links& ln) mutable {
     a.send = &ln.send(k);
+    if (a.mode == P2pTaskArgs::Mode::kGet) a.reg = ln.registration(k, a.buffer, a.bytes);
     return makeP2pTask(a);
   });
 }
 
-void addRecv(PlanContext& ctx, const char* fn, char* buf, size_t bytes, int peer) {
+void addRecv(PlanContext& ctx, const char* fn, char* buf, size_t bytes, int peer, bool fanOut = false) {
   const RankLayout& l = ctx.layout();
   if (peer == l.rank) return ctx.selfRecv(fn, buf, bytes);
   LinkKey k{peer, linkId("p2p")};
   ctx.needRecv(k);
   P2pTaskArgs a{fn, l.rank, peer, buf, bytes, nullptr, nullptr};
-  a.put = usePut(ctx, peer, bytes);
+  a.mode = modeFor(ctx, peer, bytes, fanOut);
   ctx.addTask({linkId("p2p.recv"), peer}, [a, k](Links& ln) mutable {
     a.recv = &ln.recv(k);
-    if (a.put) a.reg = ln.registration(k, a.buffer, a.bytes);
+    if (a.mode == P2pTaskArgs::Mode::kPut) a.reg = ln.registration(k, a.buffer, a.bytes);
     return makeP2pTask(a);
   });
 }
@@ -90,10 +95,10 @@ class Pairwise final : public Algorithm {
           if (j != r) addRecv(ctx, op.fn, dst + j * piece, piece, j);
         if (dst + r * piece != src) memmove(dst + r * piece, src, piece);
         break;
-      default:  // scatter
-        if (r != op.root) return addRecv(ctx, op.fn, dst, piece, op.root);
+      default:  // scatter: the receivers read their pieces out of the root's buffer
+        if (r != op.root) return addRecv(ctx, op.fn, dst, piece, op.root, true);
         for (int j = 0; j < n; ++j)
-          if (j != r) addSend(ctx, op.fn, src + j * piece, piece, j);
+          if (j != r) addSend(ctx, op.fn, src + j * piece, piece, j, true);
         if (dst != src + r * piece) memmove(dst, src + r * piece, piece);
         break;
     }

@@ -80,6 +80,11 @@ void* hostBuffer(size_t bytes) {
   }
   return p;
 }
+bool privateMemory() {
+  const char* v = getenv("STRATA_PERF_PRIVATE_MEMORY");
+  return v && strcmp(v, "1") == 0;
+}
+
 void finish(std::vector<Slot>& slots) {
   if (slots.empty() || slots[0].device < 0) return;  // host memory: complete when the calls return
   std::vector<ncclComm_t> comms;
@@ -298,7 +303,9 @@ void Runner::threadMain(int t, const ncclUniqueId& id) {
   }
   for (Slot& s : slots) {
     setDevice(s.device);
-    if (args_.mpiBackend) {  // MPI gets host memory even where a GPU is visible
+    // MPI gets private host memory even where a GPU is visible; so does Strata with
+    // STRATA_PERF_PRIVATE_MEMORY=1 (as a framework's tensors: no ncclMemAlloc).
+    if (args_.mpiBackend || (s.device < 0 && privateMemory())) {
       s.send = hostBuffer(slotBytes_);
       s.recv = hostBuffer(slotBytes_);
     } else if (ncclMemAlloc(&s.send, slotBytes_) != ncclSuccess || ncclMemAlloc(&s.recv, slotBytes_) != ncclSuccess)
@@ -376,7 +383,7 @@ void Runner::threadMain(int t, const ncclUniqueId& id) {
   }
   world_.barrier();
   for (Slot& s : slots) {
-    if (args_.mpiBackend) {
+    if (args_.mpiBackend || (s.device < 0 && privateMemory())) {
       munmap(s.send, slotBytes_);
       munmap(s.recv, slotBytes_);
     } else {

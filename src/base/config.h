@@ -36,7 +36,7 @@ struct Config {
   bool shmDisable = false;                  // NCCL_SHM_DISABLE=1: no shared-memory transport between processes
   bool cma = true;                          // STRATA_CMA=0: no Cross Memory Attach; one-sided writes between
                                             //   processes only into ncclMemAlloc buffers, else through the slots
-  size_t putBytes = 256 << 10;              // STRATA_PUT_BYTES: operations of this size and more move data with
+  size_t putBytes = 16 << 10;               // STRATA_PUT_BYTES: operations of this size and more move data with
                                             //   one-sided writes (one copy) where the links allow; 0 never
   int socketThreads = 2;                    // NCCL_SOCKET_NTHREADS (1-16) x NCCL_NSOCKS_PERTHREAD (1-64), at most 64:
   int socksPerThread = 1;                   //   TCP streams per socket connection (progressed by the rank's thread)

@@ -289,6 +289,54 @@ TEST_P(Conformance, OneSidedWritesIntoRegisteredMemory) {
       });
 }
 
+// One-sided reads: the receiver copies exact data out of the sender's exposed
+// memory (a mapped shared buffer too); exposures need a live registration.
+TEST_P(Conformance, OneSidedReadsOfExposedMemory) {
+  if (!transport().has(kGet)) GTEST_SKIP() << transport().name() << " has no one-sided reads";
+  std::vector<size_t> sizes = {0, 1, 4095, 1 << 20, (64 << 20) - 3};
+  run(
+      [&](Transport& t, SendConnection& out) -> std::string {
+        std::vector<unsigned char> src(64 << 20);
+        auto reg = t.registerMemory(src.data(), src.size());
+        try {
+          out.gets()->tryExpose(src.data() + 1, src.size(), *reg);
+          return "an exposure outside its registration was accepted";
+        } catch (const Error&) {
+        }
+        for (size_t m = 0; m < sizes.size(); ++m) {
+          for (size_t i = 0; i < sizes[m]; ++i) src[i] = pattern(m, i);
+          if (!within([&] { return out.gets()->tryExpose(src.data(), sizes[m], *reg); })) return "no room";
+          if (!within([&] { return out.gets()->tryGetDone(); })) return "never read";
+        }
+        void* shared = allocateShared(1 << 20);
+        auto sreg = t.registerMemory(shared, 1 << 20);
+        for (size_t i = 0; i < 4096; ++i) static_cast<unsigned char*>(shared)[i] = pattern(9, i);
+        if (!within([&] { return out.gets()->tryExpose(shared, 4096, *sreg); })) return "no room";
+        bool read = within([&] { return out.gets()->tryGetDone(); });
+        freeShared(shared);
+        reg->deregister();
+        try {
+          out.gets()->tryExpose(src.data(), 16, *reg);
+          return "an exposure after deregistration was accepted";
+        } catch (const Error&) {
+        }
+        return read ? "" : "the mapped buffer was never read";
+      },
+      [&](Transport&, RecvConnection& in, pid_t) {
+        std::vector<unsigned char> dst(64 << 20, 0);
+        for (size_t m = 0; m < sizes.size(); ++m) {
+          size_t got = 0;
+          ASSERT_TRUE(within([&] { return in.gets()->tryGet(dst.data(), dst.size(), &got); })) << "read " << m;
+          ASSERT_EQ(got, sizes[m]);
+          for (size_t i = 0; i < got; ++i) ASSERT_EQ(dst[i], pattern(m, i)) << "read " << m << " byte " << i;
+        }
+        size_t got = 0;
+        ASSERT_TRUE(within([&] { return in.gets()->tryGet(dst.data(), dst.size(), &got); }));
+        ASSERT_EQ(got, 4096u);
+        for (size_t i = 0; i < got; ++i) ASSERT_EQ(dst[i], pattern(9, i));
+      });
+}
+
 // An abort at one end ends the other end's wait (a waiting end polls, then asks).
 TEST_P(Conformance, AbortFromTheOtherEnd) {
   run(

@@ -24,11 +24,33 @@ char* slotData(FifoHeader* h, uint64_t index) {
   return reinterpret_cast<char*>(h) + kHeaderBytes + (index % h->slots) * h->slotBytes;
 }
 
-class FifoSender final : public SendConnection, public PutSender {
+// Fills an offer or exposure with where [p, p + bytes) is: its address, and the
+// segment peers map when it is one (ncclMemAlloc's memory).
+void describe(FifoOffer& o, const void* p, size_t bytes) {
+  o.addr = reinterpret_cast<uintptr_t>(p);
+  o.bytes = bytes;
+  o.written = 0;
+  SharedBufferRef ref;
+  bool mapped = findShared(p, bytes, &ref) && ref.segment.size() < sizeof(o.segment);
+  o.segmentOffset = mapped ? ref.offset : 0;
+  snprintf(o.segment, sizeof(o.segment), "%s", mapped ? ref.segment.c_str() : "");
+}
+
+void checkRegistration(const void* p, size_t bytes, const Registration& reg) {
+  STRATA_REQUIRE(reg.live(), ncclInvalidUsage, "memory at %p: its registration was deregistered", p);
+  STRATA_REQUIRE(reg.covers(p, bytes), ncclInvalidUsage, "%zu bytes at %p lie outside their registration [%p, +%zu)",
+                 bytes, p, reg.base(), reg.bytes());
+}
+
+class FifoSender final : public SendConnection, public PutSender, public GetSender {
  public:
-  FifoSender(FifoHeader* h, std::shared_ptr<void> keep, std::shared_ptr<Doorbell> bell, std::unique_ptr<PutWriter> w)
+  FifoSender(FifoHeader* h, std::shared_ptr<void> keep, std::shared_ptr<Doorbell> bell, std::unique_ptr<PeerMemory> w)
       : h_(h), keep_(std::move(keep)), bell_(std::move(bell)), writer_(std::move(w)), head_(h->head.load()),
-        puts_(h->putsDone.load()) {}
+        puts_(h->putsDone.load()), exposed_(h->exposed.load()), getsCompleted_(exposed_) {
+    h->senderProbe = std::random_device()() | 1ull << 32;
+    h->senderProbeAddr = reinterpret_cast<uintptr_t>(&h->senderProbe);
+    h->senderPid = getpid();
+  }
 
   void* trySlot() override {
     if (head_ - tailSeen_ >= h_->slots) {
@@ -45,6 +67,26 @@ class FifoSender final : public SendConnection, public PutSender {
   }
   bool peerAborted() const override { return h_->receiverAborted.load() != 0; }
   PutSender* puts() override { return writer_ ? this : nullptr; }
+  GetSender* gets() override { return writer_ ? this : nullptr; }
+
+  bool tryExpose(const void* src, size_t bytes, const Registration& reg) override {
+    checkRegistration(src, bytes, reg);
+    if (exposed_ - getsCompleted_ >= kMaxOffers) return false;
+    describe(h_->sources[exposed_ % kMaxOffers], src, bytes);
+    pendingSources_.push_back({static_cast<const char*>(src), bytes});
+    h_->exposed.store(++exposed_, std::memory_order_release);
+    bell_->ring();
+    return true;
+  }
+
+  bool tryGetDone() override {
+    STRATA_REQUIRE(!pendingSources_.empty(), ncclInternalError, "waiting for a read of memory never exposed");
+    if (h_->getsDone.load(std::memory_order_acquire) > getsCompleted_) return finishExposure();
+    // The receiver cannot read this process's memory: the data goes through the slots.
+    if (!h_->getsThroughSlots.load(std::memory_order_acquire)) return false;
+    const auto& [src, bytes] = pendingSources_.front();
+    return throughSlots(src, bytes) && finishExposure();
+  }
 
   bool tryPut(const void* src, size_t bytes) override {
     if (!offered(puts_)) return false;
@@ -54,7 +96,11 @@ class FifoSender final : public SendConnection, public PutSender {
                    "types or the order of calls differ)",
                    bytes, static_cast<unsigned long long>(o.bytes));
     if (!throughSlots_ && !writer_->write(o, 0, src, bytes)) throughSlots_ = true;  // sticky: every later put too
-    if (throughSlots_) return putThroughSlots(src, bytes);
+    if (throughSlots_) {
+      if (!throughSlots(src, bytes)) return false;
+      ++puts_;  // the offer is used up (putsDone stays: the receiver counts the slot messages)
+      return true;
+    }
     h_->offers[puts_ % kMaxOffers].written = bytes;
     h_->putsDone.store(++puts_, std::memory_order_release);
     bell_->ring();
@@ -72,8 +118,13 @@ class FifoSender final : public SendConnection, public PutSender {
     offersSeen_ = h_->offersPosted.load(std::memory_order_acquire);
     return offersSeen_ > k;
   }
-  // Chunks through the slots; the receiver copies them into its offer.
-  bool putThroughSlots(const void* src, size_t bytes) {
+  bool finishExposure() {
+    pendingSources_.pop_front();
+    ++getsCompleted_;
+    return true;
+  }
+  // Chunks through the slots; the receiver copies them into place.
+  bool throughSlots(const void* src, size_t bytes) {
     do {
       void* slot = trySlot();
       if (!slot) return false;
@@ -84,27 +135,29 @@ class FifoSender final : public SendConnection, public PutSender {
       postSized(n | kPutThroughSlots | (last ? kLastChunk : 0));
     } while (slotOffset_ < bytes);
     slotOffset_ = 0;
-    ++puts_;  // the offer is used up (putsDone stays: the receiver counts the slot messages)
     return true;
   }
 
   FifoHeader* h_;
   std::shared_ptr<void> keep_;
   std::shared_ptr<Doorbell> bell_;
-  std::unique_ptr<PutWriter> writer_;
+  std::unique_ptr<PeerMemory> writer_;
   uint64_t head_;
   uint64_t tailSeen_ = head_;
   uint64_t puts_;            // puts issued (offers used)
   uint64_t offersSeen_ = 0;
   bool throughSlots_ = false;
-  size_t slotOffset_ = 0;    // of the put going through the slots
+  size_t slotOffset_ = 0;    // of the put or exposure going through the slots
+  uint64_t exposed_, getsCompleted_;
+  std::deque<std::pair<const char*, size_t>> pendingSources_;  // exposures not read yet, oldest first
 };
 
-class FifoReceiver final : public RecvConnection, public PutReceiver {
+class FifoReceiver final : public RecvConnection, public PutReceiver, public GetReceiver {
  public:
-  FifoReceiver(FifoHeader* h, std::shared_ptr<void> keep, std::shared_ptr<Doorbell> bell, bool puts)
-      : h_(h), keep_(std::move(keep)), bell_(std::move(bell)), puts_(puts), tail_(h->tail.load()),
-        posted_(h->offersPosted.load()), completed_(posted_) {}
+  FifoReceiver(FifoHeader* h, std::shared_ptr<void> keep, std::shared_ptr<Doorbell> bell,
+               std::unique_ptr<PeerMemory> reader)
+      : h_(h), keep_(std::move(keep)), bell_(std::move(bell)), reader_(std::move(reader)), tail_(h->tail.load()),
+        posted_(h->offersPosted.load()), completed_(posted_), gets_(h->getsDone.load()) {}
 
   const void* tryData(size_t* bytes) override {
     if (!arrived()) return nullptr;
@@ -124,22 +177,35 @@ class FifoReceiver final : public RecvConnection, public PutReceiver {
     bell_->ring();
   }
   bool peerAborted() const override { return h_->senderAborted.load() != 0; }
-  PutReceiver* puts() override { return puts_ ? this : nullptr; }
+  PutReceiver* puts() override { return reader_ ? this : nullptr; }
+  GetReceiver* gets() override { return reader_ ? this : nullptr; }
+
+  bool tryGet(void* dst, size_t bytes, size_t* got) override {
+    if (!getsThroughSlots_) {
+      if (h_->exposed.load(std::memory_order_acquire) <= gets_) return false;
+      const FifoOffer& from = h_->sources[gets_ % kMaxOffers];
+      STRATA_REQUIRE(from.bytes <= bytes, ncclInvalidUsage,
+                     "the sender exposed %llu bytes where this receive expects at most %zu (counts or types differ)",
+                     static_cast<unsigned long long>(from.bytes), bytes);
+      if (reader_->read(from, 0, dst, from.bytes)) {
+        *got = from.bytes;
+        h_->getsDone.store(++gets_, std::memory_order_release);
+        bell_->ring();
+        return true;
+      }
+      getsThroughSlots_ = true;  // sticky: the sender sends every exposure through the slots from now on
+      h_->getsThroughSlots.store(1, std::memory_order_release);
+      bell_->ring();
+    }
+    if (!intoPlace(static_cast<char*>(dst), bytes, got)) return false;
+    ++gets_;
+    return true;
+  }
 
   bool tryOffer(void* dst, size_t bytes, const Registration& reg) override {
-    STRATA_REQUIRE(reg.live(), ncclInvalidUsage, "offer of %p: its registration was deregistered", dst);
-    STRATA_REQUIRE(reg.covers(dst, bytes), ncclInvalidUsage,
-                   "offer of %zu bytes at %p lies outside its registration [%p, +%zu)", bytes, dst, reg.base(),
-                   reg.bytes());
+    checkRegistration(dst, bytes, reg);
     if (posted_ - completed_ >= kMaxOffers) return false;
-    FifoOffer& o = h_->offers[posted_ % kMaxOffers];
-    o.addr = reinterpret_cast<uintptr_t>(dst);
-    o.bytes = bytes;
-    o.written = 0;
-    SharedBufferRef ref;
-    bool mapped = findShared(dst, bytes, &ref) && ref.segment.size() < sizeof(o.segment);
-    o.segmentOffset = mapped ? ref.offset : 0;
-    snprintf(o.segment, sizeof(o.segment), "%s", mapped ? ref.segment.c_str() : "");
+    describe(h_->offers[posted_ % kMaxOffers], dst, bytes);
     pending_.push_back({static_cast<char*>(dst), bytes});
     h_->offersPosted.store(++posted_, std::memory_order_release);
     bell_->ring();
@@ -152,30 +218,16 @@ class FifoReceiver final : public RecvConnection, public PutReceiver {
       *bytes = h_->offers[completed_ % kMaxOffers].written;
       return finishOffer();
     }
-    while (arrived()) {  // the sender could not write into this memory: the put comes through the slots
-      uint64_t size = h_->sizes[tail_ % h_->slots];
-      // ... unless the put landed after putsDone was read, and this message is the
-      // sender's next one: having seen it (acquire), the put's count is visible now.
-      if (!(size & kPutThroughSlots) && h_->putsDone.load(std::memory_order_acquire) > completed_) {
-        *bytes = h_->offers[completed_ % kMaxOffers].written;
-        return finishOffer();
-      }
-      STRATA_REQUIRE(size & kPutThroughSlots, ncclInvalidUsage,
-                     "a message arrived where a one-sided write was expected: the ranks planned this operation "
-                     "differently (counts, types or the order of calls differ)");
-      size_t n = size & kSizeMask;
-      Pending& p = pending_.front();
-      STRATA_REQUIRE(slotBytes_ + n <= p.bytes, ncclInvalidUsage, "a one-sided write overran its offer of %zu bytes",
-                     p.bytes);
-      memcpy(p.dst + slotBytes_, slotData(h_, tail_), n);
-      slotBytes_ += n;
-      release();
-      if (size & kLastChunk) {
-        *bytes = slotBytes_;
-        slotBytes_ = 0;
-        return finishOffer();
-      }
+    Pending& p = pending_.front();
+    // The sender could not write into this memory: the put comes through the slots
+    // (unless the put landed after putsDone was read, and the next message is the
+    // sender's next one: having seen it, the put's count is visible now).
+    if (arrived() && !(h_->sizes[tail_ % h_->slots] & kPutThroughSlots) &&
+        h_->putsDone.load(std::memory_order_acquire) > completed_) {
+      *bytes = h_->offers[completed_ % kMaxOffers].written;
+      return finishOffer();
     }
+    if (intoPlace(p.dst, p.bytes, bytes)) return finishOffer();
     return false;
   }
 
@@ -194,16 +246,40 @@ class FifoReceiver final : public RecvConnection, public PutReceiver {
     ++completed_;
     return true;
   }
+  // Copies the chunks of a put or exposure that came through the slots into `dst`;
+  // true (and *bytes) once the last one is in.
+  bool intoPlace(char* dst, size_t capacity, size_t* bytes) {
+    while (arrived()) {
+      uint64_t size = h_->sizes[tail_ % h_->slots];
+      STRATA_REQUIRE(size & kPutThroughSlots, ncclInvalidUsage,
+                     "a message arrived where a one-sided write or read was expected: the ranks planned this "
+                     "operation differently (counts, types or the order of calls differ)");
+      size_t n = size & kSizeMask;
+      STRATA_REQUIRE(slotBytes_ + n <= capacity, ncclInvalidUsage, "a one-sided transfer overran its %zu bytes",
+                     capacity);
+      memcpy(dst + slotBytes_, slotData(h_, tail_), n);
+      slotBytes_ += n;
+      release();
+      if (size & kLastChunk) {
+        *bytes = slotBytes_;
+        slotBytes_ = 0;
+        return true;
+      }
+    }
+    return false;
+  }
 
   FifoHeader* h_;
   std::shared_ptr<void> keep_;
   std::shared_ptr<Doorbell> bell_;
-  bool puts_;
+  std::unique_ptr<PeerMemory> reader_;
   uint64_t tail_;
   uint64_t headSeen_ = tail_;
   uint64_t posted_, completed_;  // offers made and written
   std::deque<Pending> pending_;  // offers not written yet, oldest first
-  size_t slotBytes_ = 0;         // of the oldest offer, written through the slots so far
+  size_t slotBytes_ = 0;         // of the transfer coming through the slots, so far
+  uint64_t gets_;                // exposures read
+  bool getsThroughSlots_ = false;
 };
 
 }  // namespace
@@ -220,16 +296,15 @@ void fifoInit(void* mem, size_t slotBytes, int slots) {
 }
 
 std::unique_ptr<SendConnection> makeFifoSender(void* mem, std::shared_ptr<void> keepAlive,
-                                               std::shared_ptr<Doorbell> receiverBell,
-                                               std::unique_ptr<PutWriter> writer) {
+                                               std::shared_ptr<Doorbell> receiverBell, std::unique_ptr<PeerMemory> writer) {
   return std::make_unique<FifoSender>(static_cast<FifoHeader*>(mem), std::move(keepAlive), std::move(receiverBell),
                                       std::move(writer));
 }
 
 std::unique_ptr<RecvConnection> makeFifoReceiver(void* mem, std::shared_ptr<void> keepAlive,
-                                                 std::shared_ptr<Doorbell> senderBell, bool puts) {
+                                                 std::shared_ptr<Doorbell> senderBell, std::unique_ptr<PeerMemory> peer) {
   return std::make_unique<FifoReceiver>(static_cast<FifoHeader*>(mem), std::move(keepAlive), std::move(senderBell),
-                                        puts);
+                                        std::move(peer));
 }
 
 }  // namespace strata::transport

@@ -39,15 +39,26 @@ struct FifoHeader {
   uint64_t probeAddr;  // the receiver's address of `probe`, for the sender's CMA check
   uint64_t probe;
   FifoOffer offers[kMaxOffers];
+  // One-sided reads: the sender exposes its memory, the receiver copies it out.
+  alignas(64) std::atomic<uint64_t> exposed;    // by the sender
+  alignas(64) std::atomic<uint64_t> getsDone;   // by the receiver: exposures read
+  std::atomic<uint32_t> getsThroughSlots;       // by the receiver: it cannot read the sender's memory
+  alignas(64) int32_t senderPid;                // set when the sender connects
+  uint64_t senderProbeAddr;
+  uint64_t senderProbe;
+  FifoOffer sources[kMaxOffers];
 };
 
-// How a sender writes a put into the receiver's memory; false when it cannot
-// (then the put goes through the slots, and the receiver copies it into place).
-class PutWriter {
+// How one end reaches the other end's memory: writes into the receiver's offers
+// (puts), reads out of the sender's exposures (gets). False when this process
+// cannot reach it; the data then goes through the slots instead.
+class PeerMemory {
  public:
-  virtual ~PutWriter() = default;
+  virtual ~PeerMemory() = default;
   virtual bool write(const FifoOffer& to, size_t offset, const void* src, size_t bytes) = 0;
+  virtual bool read(const FifoOffer& from, size_t offset, void* dst, size_t bytes) = 0;
 };
+using PutWriter = PeerMemory;
 
 // Bytes of memory a FIFO needs, header included.
 size_t fifoBytes(size_t slotBytes, int slots);
@@ -56,10 +67,10 @@ void fifoInit(void* mem, size_t slotBytes, int slots);
 
 // `keepAlive` owns the memory (a heap block or a mapped segment) for this end;
 // a sender without a writer has no one-sided writes.
+// `peer` reaches the other end's memory (null: no one-sided writes or reads).
 std::unique_ptr<SendConnection> makeFifoSender(void* mem, std::shared_ptr<void> keepAlive,
-                                               std::shared_ptr<Doorbell> receiverBell,
-                                               std::unique_ptr<PutWriter> writer);
+                                               std::shared_ptr<Doorbell> receiverBell, std::unique_ptr<PeerMemory> peer);
 std::unique_ptr<RecvConnection> makeFifoReceiver(void* mem, std::shared_ptr<void> keepAlive,
-                                                 std::shared_ptr<Doorbell> senderBell, bool puts);
+                                                 std::shared_ptr<Doorbell> senderBell, std::unique_ptr<PeerMemory> peer);
 
 }  // namespace strata::transport

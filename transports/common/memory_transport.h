@@ -11,7 +11,7 @@ namespace strata::transport {
 
 class MemoryTransport : public Transport, public RegionProvider {
  public:
-  uint32_t capabilities() const override { return kSlots | kPut | kSharedRegions; }
+  uint32_t capabilities() const override { return kSlots | kPut | kGet | kSharedRegions; }
   std::unique_ptr<RecvConnection> listen(const ConnectRequest& req, std::string* handle) override;
   std::unique_ptr<SendConnection> connect(const ConnectRequest& req, const std::string& handle) override;
   RegionProvider* regions() override { return this; }
@@ -21,8 +21,9 @@ class MemoryTransport : public Transport, public RegionProvider {
   }
 
  protected:
-  // How this end's sender writes into the receiver of the FIFO at `h`.
-  virtual std::unique_ptr<PutWriter> makeWriter(const ConnectRequest& req, FifoHeader* h) = 0;
+  // How one end of the FIFO at `h` reaches the other end's memory: the sender the
+  // receiver's (`ofReceiver`), the receiver the sender's.
+  virtual std::unique_ptr<PeerMemory> peerMemory(const ConnectRequest& req, FifoHeader* h, bool ofReceiver) = 0;
 };
 
 }  // namespace strata::transport

@@ -22,19 +22,23 @@ std::shared_ptr<void> allocateRegion(size_t bytes) {
   return std::shared_ptr<void>(mem, free);
 }
 
-// One address space: the offer's address is this process's.
-class CopyWriter final : public PutWriter {
+// One address space: the other end's addresses are this process's.
+class SameProcess final : public PeerMemory {
  public:
   bool write(const FifoOffer& to, size_t offset, const void* src, size_t bytes) override {
     memcpy(reinterpret_cast<char*>(to.addr) + offset, src, bytes);
+    return true;
+  }
+  bool read(const FifoOffer& from, size_t offset, void* dst, size_t bytes) override {
+    memcpy(dst, reinterpret_cast<const char*>(from.addr) + offset, bytes);
     return true;
   }
 };
 
 }  // namespace
 
-std::unique_ptr<PutWriter> LoopbackTransport::makeWriter(const ConnectRequest&, FifoHeader*) {
-  return std::make_unique<CopyWriter>();
+std::unique_ptr<PeerMemory> LoopbackTransport::peerMemory(const ConnectRequest&, FifoHeader*, bool) {
+  return std::make_unique<SameProcess>();
 }
 
 SharedRegion LoopbackTransport::createRegion(const ConnectRequest& req, size_t bytes, std::string* handle) {

@@ -14,7 +14,7 @@ class LoopbackTransport final : public MemoryTransport {
   SharedRegion attachRegion(const ConnectRequest& req, const std::string& handle) override;
 
  protected:
-  std::unique_ptr<PutWriter> makeWriter(const ConnectRequest& req, FifoHeader* h) override;
+  std::unique_ptr<PeerMemory> peerMemory(const ConnectRequest& req, FifoHeader* h, bool ofReceiver) override;
 };
 
 }  // namespace strata::transport::loopback

@@ -15,50 +15,73 @@
 namespace strata::transport::shm {
 namespace {
 
-// True when this process may write into process `pid` with CMA: reads the word
-// the receiver left in the FIFO header back through its own address.
-bool probeCma(pid_t pid, const FifoHeader* h, std::string* why) {
+// True when this process may reach process `pid` with CMA: reads the word the
+// other end left in the FIFO header back through its own address for it.
+bool probeCma(pid_t pid, uint64_t probeAddr, uint64_t probe, std::string* why) {
   if (!config().cma) {
     *why = "STRATA_CMA=0";
     return false;
   }
   uint64_t got = 0;
   iovec local{&got, sizeof got};
-  iovec remote{reinterpret_cast<void*>(h->probeAddr), sizeof got};
+  iovec remote{reinterpret_cast<void*>(probeAddr), sizeof got};
   ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
   if (n != static_cast<ssize_t>(sizeof got)) {
     *why = std::string("process_vm_readv: ") + (n < 0 ? strerror(errno) : "short read") +
            " (Yama ptrace_scope, or a container without CAP_SYS_PTRACE?)";
     return false;
   }
-  if (got != h->probe) *why = "process_vm_readv read another value (a different address space?)";
-  return got == h->probe;
+  if (got != probe) *why = "process_vm_readv read another value (a different address space?)";
+  return got == probe;
 }
 
-class CmaWriter final : public PutWriter {
+// The other end's memory: a plain copy into or out of a segment both map
+// (ncclMemAlloc's buffers), else Cross Memory Attach, probed at first use (the
+// sender's half of the header is filled only when it connects).
+class CmaPeer final : public PeerMemory {
  public:
-  CmaWriter(const ConnectRequest& req, const FifoHeader* h) : pid_(h->receiverPid), self_(req.self->rank) {
-    std::string why;
-    cma_ = probeCma(pid_, h, &why);
-    STRATA_INFO(kSubsysShm, self_, "shm: one-sided writes to rank %d %s%s", req.peer->rank,
-                cma_ ? "by Cross Memory Attach" : "only into mapped buffers, else through the slots: ", why.c_str());
-  }
+  CmaPeer(const ConnectRequest& req, const FifoHeader* h, bool ofReceiver)
+      : h_(h), ofReceiver_(ofReceiver), self_(req.self->rank), peer_(req.peer->rank) {}
 
   bool write(const FifoOffer& to, size_t offset, const void* src, size_t bytes) override {
-    if (to.segment[0])
-      if (char* base = mapped(to.segment)) {
-        memcpy(base + to.segmentOffset + offset, src, bytes);
-        return true;
-      }
-    if (!cma_) return false;
+    if (char* base = mapped(to)) {
+      memcpy(base + to.segmentOffset + offset, src, bytes);
+      return true;
+    }
+    return cma(true, reinterpret_cast<char*>(to.addr) + offset, const_cast<void*>(src), bytes);
+  }
+  bool read(const FifoOffer& from, size_t offset, void* dst, size_t bytes) override {
+    if (char* base = mapped(from)) {
+      memcpy(dst, base + from.segmentOffset + offset, bytes);
+      return true;
+    }
+    return cma(false, reinterpret_cast<char*>(from.addr) + offset, dst, bytes);
+  }
+
+ private:
+  bool usable() {
+    if (probed_) return cma_;
+    probed_ = true;
+    pid_ = ofReceiver_ ? h_->receiverPid : h_->senderPid;
+    std::string why;
+    cma_ = probeCma(pid_, ofReceiver_ ? h_->probeAddr : h_->senderProbeAddr,
+                    ofReceiver_ ? h_->probe : h_->senderProbe, &why);
+    STRATA_INFO(kSubsysShm, self_, "shm: one-sided %s rank %d %s%s", ofReceiver_ ? "writes to" : "reads from", peer_,
+                cma_ ? "by Cross Memory Attach" : "only with mapped buffers, else through the slots: ", why.c_str());
+    return cma_;
+  }
+  // Moves `bytes` between `local` and the peer's `remote` (writes into it, or reads out of it).
+  bool cma(bool writing, void* remote, void* local, size_t bytes) {
+    if (!usable()) return false;
     size_t done = 0;
     while (done < bytes) {
-      iovec local{const_cast<char*>(static_cast<const char*>(src)) + done, bytes - done};
-      iovec remote{reinterpret_cast<char*>(to.addr) + offset + done, bytes - done};
-      ssize_t n = process_vm_writev(pid_, &local, 1, &remote, 1, 0);
+      iovec l{static_cast<char*>(local) + done, bytes - done};
+      iovec r{static_cast<char*>(remote) + done, bytes - done};
+      ssize_t n = writing ? process_vm_writev(pid_, &l, 1, &r, 1, 0) : process_vm_readv(pid_, &l, 1, &r, 1, 0);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {  // the receiver exited, or its memory moved: its health check reports it
-        STRATA_WARN(self_, "shm: process_vm_writev into pid %d failed: %s; sending through the slots", pid_,
+      if (n <= 0) {  // the peer exited, or its memory moved: its health check reports it
+        STRATA_WARN(self_, "shm: %s pid %d failed: %s; going through the slots",
+                    writing ? "process_vm_writev into" : "process_vm_readv from", pid_,
                     n < 0 ? strerror(errno) : "no progress");
         cma_ = false;
         return false;
@@ -67,14 +90,13 @@ class CmaWriter final : public PutWriter {
     }
     return true;
   }
-
- private:
-  // The receiver's ncclMemAlloc segment, mapped once per connection (null if gone).
-  char* mapped(const char* name) {
-    auto it = segments_.find(name);
+  // The peer's ncclMemAlloc segment, mapped once per connection (null if none, or gone).
+  char* mapped(const FifoOffer& o) {
+    if (!o.segment[0]) return nullptr;
+    auto it = segments_.find(o.segment);
     if (it == segments_.end()) {
       try {
-        it = segments_.emplace(name, ShmSegment::open(name)).first;
+        it = segments_.emplace(o.segment, ShmSegment::open(o.segment)).first;
       } catch (const Error&) {
         return nullptr;
       }
@@ -82,9 +104,11 @@ class CmaWriter final : public PutWriter {
     return static_cast<char*>(it->second.data());
   }
 
-  pid_t pid_;
-  int self_;
-  bool cma_ = false;
+  const FifoHeader* h_;
+  bool ofReceiver_;
+  int self_, peer_;
+  pid_t pid_ = 0;
+  bool probed_ = false, cma_ = false;
   std::map<std::string, ShmSegment> segments_;
 };
 
@@ -103,8 +127,8 @@ SharedRegion ShmTransport::attachRegion(const ConnectRequest& req, const std::st
   return SharedRegion{seg->data(), seg->size(), seg, Doorbell::attach(req.peer->bellName)};
 }
 
-std::unique_ptr<PutWriter> ShmTransport::makeWriter(const ConnectRequest& req, FifoHeader* h) {
-  return std::make_unique<CmaWriter>(req, h);
+std::unique_ptr<PeerMemory> ShmTransport::peerMemory(const ConnectRequest& req, FifoHeader* h, bool ofReceiver) {
+  return std::make_unique<CmaPeer>(req, h, ofReceiver);
 }
 
 }  // namespace strata::transport::shm

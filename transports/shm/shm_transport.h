@@ -1,8 +1,9 @@
 // Processes on one host: staging memory in POSIX shared memory. One-sided
 // writes go straight into the receiver's memory: a plain copy into a segment
 // both map (buffers from ncclMemAlloc), else Cross Memory Attach
-// (process_vm_writev), probed per connection; where Yama or a container forbids
-// it (or STRATA_CMA=0), through the slots.
+// (process_vm_writev), probed per connection; one-sided reads likewise
+// (process_vm_readv); where Yama or a container forbids it (or STRATA_CMA=0),
+// through the slots.
 #pragma once
 
 #include "transports/common/memory_transport.h"
@@ -19,7 +20,7 @@ class ShmTransport final : public MemoryTransport {
   SharedRegion attachRegion(const ConnectRequest& req, const std::string& handle) override;
 
  protected:
-  std::unique_ptr<PutWriter> makeWriter(const ConnectRequest& req, FifoHeader* h) override;
+  std::unique_ptr<PeerMemory> peerMemory(const ConnectRequest& req, FifoHeader* h, bool ofReceiver) override;
 };
 
 }  // namespace strata::transport::shm
