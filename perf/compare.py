@@ -4,9 +4,11 @@
 Runs each perf tool under mpirun twice per repetition, once through Strata and once with
 --backend mpi (Open MPI's collectives, with its best settings on this machine), for 2 and 4
 local ranks, and prints per size the median busbw of each, their ratio, and a memory-bandwidth
-bound from perf/membw_probe measured in the same run (docs/perf.md derives it).
+bound from perf/membw_probe measured in the same run on buffers of that size (docs/perf.md
+derives it). Strata's buffers are private host memory, as MPI's are (--strata-memory
+ncclmemalloc: ncclMemAlloc's shared segments instead).
 
-usage: perf/compare.py [--build build] [--reps 5] [--ranks 2,4] [--colls all_reduce,...] [-b 8] [-e 256M]
+usage: perf/compare.py [--build build] [--reps 5] [--ranks 2,4] [--colls all_reduce,...] [-b 8] [-e 256M] [-f 8]
 """
 import argparse
 import os
@@ -35,8 +37,9 @@ def mpirun(n, args, env_extra):
     return rows
 
 
-def probe(build):
-    out = subprocess.run([os.path.join(build, "bin", "membw_probe")], capture_output=True, text=True, check=True)
+def probe(build, mib=256):
+    out = subprocess.run([os.path.join(build, "bin", "membw_probe"), str(mib)], capture_output=True, text=True,
+                         check=True)
     vals = dict(l.split() for l in out.stdout.splitlines() if l.endswith(tuple("0123456789")) and " " in l
                 and not l.startswith("membw"))
     return float(vals["copy_gbps"]), float(vals["add_gbps"])
@@ -57,6 +60,12 @@ def bound(coll, n, cores, copy, add):
         return copy * par / n
     if coll == "broadcast":       # n-1 ranks each copy the whole buffer
         return copy * min(n - 1, cores) / (n - 1)
+    if coll == "reduce":          # n-1 ranks each add the whole buffer (a pipelined chain)
+        return add * min(n - 1, cores) / (n - 1)
+    if coll == "alltoall":        # each rank copies the (n-1)/n of its input that goes to peers
+        return copy * par / n
+    if coll in ("gather", "scatter"):  # n-1 ranks each copy their S/n piece, in parallel
+        return copy * min(n - 1, cores)
     return float("nan")
 
 
@@ -66,6 +75,14 @@ def parse_size(text):
 
 
 SMALL = 1 << 20  # below this, a run of 10 iterations is too short to time
+
+
+def sizes_between(lo, hi, f):
+    out, s = [], lo
+    while s <= hi:
+        out.append(s)
+        s *= f
+    return out
 
 
 def sweeps(args):
@@ -91,21 +108,25 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--ranks", default="2,4")
-    ap.add_argument("--colls", default="all_reduce,all_gather,reduce_scatter,broadcast")
+    ap.add_argument("--colls", default="all_reduce,all_gather,reduce_scatter,broadcast,reduce,alltoall,gather,scatter")
+    ap.add_argument("--strata-memory", default="private", choices=["private", "ncclmemalloc"])
     ap.add_argument("-b", default="8")
-    ap.add_argument("-e", default="256M")
-    ap.add_argument("-f", default="16")
+    ap.add_argument("-e", default="128M")
+    ap.add_argument("-f", default="8")
     args = ap.parse_args()
     ranks = [int(x) for x in args.ranks.split(",")]
     colls = args.colls.split(",")
     cores = os.cpu_count()
     res = {}  # (n, coll, side) -> size -> [busbw...], plus times
-    rates = []
+    rates = {}  # size (>= 1 MiB) -> [(copy, add)...], each probed on buffers of that size
+    large = [size for lo, hi, _, _ in sweeps(args) if lo >= SMALL for size in sizes_between(lo, hi, int(args.f))]
+    strata_env = {"STRATA_PERF_PRIVATE_MEMORY": "1"} if args.strata_memory == "private" else {}
     for rep in range(args.reps):
-        rates.append(probe(args.build))
+        for size in large:
+            rates.setdefault(size, []).append(probe(args.build, size / (1 << 20)))
         for n in ranks:
             for coll in colls:
-                for side, extra, env in (("strata", [], {}), ("mpi", ["--backend", "mpi"], MPI_ENV)):
+                for side, extra, env in (("strata", [], strata_env), ("mpi", ["--backend", "mpi"], MPI_ENV)):
                     for lo, hi, iters, warm in sweeps(args):
                         tool = [os.path.join(args.build, "bin", f"{coll}_perf"), "-b", str(lo), "-e", str(hi),
                                 "-f", args.f, "-n", str(iters), "-w", str(warm), "-c", "0"]
@@ -113,15 +134,17 @@ def main():
                         for size, (us, bw) in rows.items():
                             res.setdefault((n, coll, side), {}).setdefault(size, []).append((us, bw))
         print(f"# repetition {rep + 1}/{args.reps} done", file=sys.stderr)
-    copy = statistics.median(r[0] for r in rates)
-    add = statistics.median(r[1] for r in rates)
-    print(f"# membw_probe medians: copy {copy:.2f} GB/s, c=a+b {add:.2f} GB/s (one core); {cores} cores")
-    print(f"# medians of {args.reps} interleaved runs; busbw in GB/s; out-of-place; float sum")
+    med = {size: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for size, v in rates.items()}
+    for size, (copy, add) in sorted(med.items()):
+        print(f"# membw_probe on {size >> 20} MiB buffers, medians: copy {copy:.2f} GB/s, c=a+b {add:.2f} GB/s "
+              f"(one core); {cores} cores")
+    print(f"# medians of {args.reps} interleaved runs; busbw in GB/s; out-of-place; float sum; Strata on "
+          f"{args.strata_memory} memory")
     for n in ranks:
         for coll in colls:
-            b = bound(coll, n, cores, copy, add)
-            print(f"\n## {coll}, {n} ranks (bound {b:.2f} GB/s)")
-            print(f"{'size':>12} {'strata':>9} {'openmpi':>9} {'ratio':>7} {'%bound':>7} {'strata us':>10} {'mpi us':>10}")
+            print(f"\n## {coll}, {n} ranks (bound from 1 MiB: the memory system alone, docs/perf.md)")
+            print(f"{'size':>12} {'strata':>9} {'openmpi':>9} {'ratio':>7} {'bound':>7} {'%bound':>7} {'strata us':>10} "
+                  f"{'mpi us':>10}")
             s_rows, m_rows = res[(n, coll, "strata")], res[(n, coll, "mpi")]
             for size in sorted(s_rows):
                 if size == 0:
@@ -132,7 +155,10 @@ def main():
                 m_us = statistics.median(x[0] for x in m_rows.get(size, [(0, 0)]))
                 # Same bytes on both sides, so the busbw ratio is the time ratio (unrounded).
                 ratio = m_us / s_us if s_us > 0 else float("nan")
-                print(f"{size:>12} {s_bw:>9.2f} {m_bw:>9.2f} {ratio:>7.2f} {100 * s_bw / b:>6.0f}% {s_us:>10.2f} {m_us:>10.2f}")
+                b = bound(coll, n, cores, *med[size]) if size in med else float("nan")
+                share = f"{100 * s_bw / b:>6.0f}%" if size in med else f"{'-':>7}"
+                print(f"{size:>12} {s_bw:>9.2f} {m_bw:>9.2f} {ratio:>7.2f} {b:>7.2f} {share} {s_us:>10.2f} "
+                      f"{m_us:>10.2f}")
 
 
 if __name__ == "__main__":
