@@ -62,9 +62,9 @@ class P2pTask final : public Task {
   }
   bool receivePut() {
     if (offset_ == a_.bytes) return false;
-    if (!offered_) offered_ = a_.recv->puts()->tryOffer(a_.buffer, a_.bytes, *a_.reg);
+    bool offeredNow = !offered_ && (offered_ = a_.recv->puts()->tryOffer(a_.buffer, a_.bytes, *a_.reg));
     size_t got = 0;
-    if (!offered_ || !a_.recv->puts()->tryPutDone(&got)) return offered_;
+    if (!offered_ || !a_.recv->puts()->tryPutDone(&got)) return offeredNow;  // waiting is not progress
     STRATA_REQUIRE(got == a_.bytes, ncclInvalidUsage,
                    "%s: rank %d: rank %d sent %zu bytes where this rank's receive expects %zu (send and receive "
                    "counts or types differ)",
