@@ -48,7 +48,12 @@ struct LinkKey {
   bool operator<(const LinkKey& o) const { return peer != o.peer ? peer < o.peer : id < o.id; }
   bool operator==(const LinkKey& o) const { return peer == o.peer && id == o.id; }
 };
-uint64_t linkId(const char* purpose, int index = 0);
+constexpr uint64_t linkId(const char* purpose, int index = 0) {  // FNV-1a of the name, then of the index's bytes
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (; *purpose; ++purpose) h = (h ^ static_cast<unsigned char>(*purpose)) * 0x100000001b3ull;
+  for (int b = 0; b < 4; ++b) h = (h ^ ((static_cast<uint32_t>(index) >> (8 * b)) & 0xff)) * 0x100000001b3ull;
+  return h;
+}
 
 // Staging geometry of a link; zeros mean the communicator's default
 // (NCCL_BUFFSIZE split into STRATA_NSLOTS slots).

@@ -3,7 +3,6 @@
 #include <cstring>
 
 #include "algorithms/algorithm.h"
-#include "base/peer_info.h"
 
 #define STRATA_ALGORITHMS(X) X(ring) X(tree) X(hierarchical) X(leaders) X(one_shot) X(pairwise) X(device_direct)
 
@@ -27,11 +26,6 @@ const Algorithm* findAlgorithm(const char* name) {
   for (const Algorithm* a : registry())
     if (strcmp(a->name(), name) == 0) return a;
   return nullptr;
-}
-
-uint64_t linkId(const char* purpose, int index) {
-  uint64_t h = hashBytes(purpose, strlen(purpose));
-  return hashBytes(&index, sizeof index, h);
 }
 
 }  // namespace strata::algorithms

@@ -31,16 +31,31 @@ Transport* findTransport(const std::string& name) {
   return nullptr;
 }
 
+namespace {
+
+// The transports that need a thread to move their data (capabilities do not
+// change once the transports exist): the executor asks them every sweep.
+const std::vector<Transport*>& polled() {
+  static const std::vector<Transport*> list = [] {
+    std::vector<Transport*> l;
+    for (Transport* t : transports())
+      if (t->has(kNeedsPolling)) l.push_back(t);
+    return l;
+  }();
+  return list;
+}
+
+}  // namespace
+
 bool progressBackground() {
   bool any = false;
-  for (Transport* t : transports())
-    if (t->has(kNeedsPolling)) any |= t->progress();
+  for (Transport* t : polled()) any |= t->progress();
   return any;
 }
 
 bool needsPolling() {
-  for (Transport* t : transports())
-    if (t->has(kNeedsPolling) && t->active()) return true;
+  for (Transport* t : polled())
+    if (t->active()) return true;
   return false;
 }
 

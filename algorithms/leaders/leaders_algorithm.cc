@@ -12,9 +12,11 @@
 namespace strata::algorithms::leaders {
 namespace {
 
-// The leader's scratch for the one-shot among leaders (its operations run one at a time).
+// The leader's scratch and links for the one-shot among leaders (its operations run one at a time).
 struct LeaderState {
   std::vector<char> scratch;
+  std::vector<transport::SendConnection*> to;  // by node
+  std::vector<transport::RecvConnection*> from;
 };
 
 class Leaders final : public Algorithm {
@@ -58,6 +60,7 @@ class Leaders final : public Algorithm {
     int rank = l.rank;
     char* scratch = state.scratch.data();
     size_t scratchBytes = state.scratch.size();
+    LeaderState* s = &state;
     ctx.addTask(nodeLane(), [=](Links& ln) {
       std::vector<std::vector<std::unique_ptr<Task>>> tasks(1);
       RingParams reduce = ring, bcast = ring;
@@ -70,15 +73,15 @@ class Leaders final : public Algorithm {
                                              several ? &ln.recv(nr.rsFrom) : nullptr,
                                              several ? &ln.send(nr.rsTo) : nullptr, false}));
       if (li == 0) {  // the one-shot among leaders, indexed by node
-        std::vector<transport::SendConnection*> to(N, nullptr);
-        std::vector<transport::RecvConnection*> from(N, nullptr);
+        s->to.assign(N, nullptr);
+        s->from.assign(N, nullptr);
         for (int k = 0; k < N; ++k)
           if (k != node) {
-            to[k] = &ln.send({leaders[k], leaderId});
-            from[k] = &ln.recv({leaders[k], leaderId});
+            s->to[k] = &ln.send({leaders[k], leaderId});
+            s->from[k] = &ln.recv({leaders[k], leaderId});
           }
         tasks[0].push_back(one_shot::makeOneShotTask(
-            {op.fn, node, recv, recv, op.count, op.type, across, to, from, scratch, scratchBytes}));
+            {op.fn, node, recv, recv, op.count, op.type, across, &s->to, &s->from, scratch, scratchBytes}));
       }
       if (several)
         tasks[0].push_back(ring::makeRingTask({op.fn, rank, nr.prev, nr.next, bcast, recv, recv, op.type,

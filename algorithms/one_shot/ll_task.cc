@@ -21,10 +21,12 @@ inline void storeWord(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC
 // round r and so has finished reading round r-1, the slot's previous contents.
 class LlOneShotTask final : public Task {
  public:
-  LlOneShotTask(const OneShotArgs& a, LlMesh* ll)
-      : a_(a), ll_(*ll), n_(static_cast<int>(ll->in.size())), esize_(device::dtypeSize(a.type)), got_(n_),
-        inputs_(n_) {
+  LlOneShotTask(OneShotArgs a, LlMesh* ll)
+      : a_(std::move(a)), ll_(*ll), n_(static_cast<int>(ll->in.size())), esize_(device::dtypeSize(a_.type)),
+        got_(ll->got), inputs_(ll->inputs) {
     chunk_ = std::max<size_t>(1, kLlWordsPerSlot * 4 / esize_);
+    got_.assign(n_, 0);  // no allocation after the first call: the mesh keeps them
+    inputs_.resize(n_);
     for (int j = 0; j < n_; ++j) inputs_[j] = staging(j);
   }
 
@@ -91,7 +93,7 @@ class LlOneShotTask final : public Task {
         memcpy(into + 4 * got, &v, 4);
       }
       if (got < words) {
-        blocked_.on(j, a_.from[j]);
+        blocked_.on(j, (*a_.from)[j]);
         all = false;
       }
     }
@@ -105,15 +107,15 @@ class LlOneShotTask final : public Task {
   size_t chunk_ = 0;
   size_t chunkIndex_ = 0;
   bool sent_ = false;
-  std::vector<size_t> got_;            // words received from each rank this round
-  std::vector<const void*> inputs_;  // every rank's staged contribution, by rank
+  std::vector<size_t>& got_;           // the mesh's: words received from each rank this round
+  std::vector<const void*>& inputs_;  // the mesh's: every rank's staged contribution, by rank
   Blocker blocked_;
 };
 
 }  // namespace
 
-std::unique_ptr<Task> makeLlOneShotTask(const OneShotArgs& args, LlMesh* ll) {
-  return std::make_unique<LlOneShotTask>(args, ll);
+std::unique_ptr<Task> makeLlOneShotTask(OneShotArgs args, LlMesh* ll) {
+  return std::make_unique<LlOneShotTask>(std::move(args), ll);
 }
 
 }  // namespace strata::algorithms::one_shot

@@ -17,6 +17,8 @@ constexpr size_t kLlRegionBytes = 2 * kLlWordsPerSlot * sizeof(uint64_t);
 // Per communicator: this rank's prepared input (Simple), and the LL rounds.
 struct OneShotState {
   std::vector<char> scratch = std::vector<char>(kMeshSlotBytes);
+  std::vector<transport::SendConnection*> to;    // the mesh links, by rank
+  std::vector<transport::RecvConnection*> from;
   LlMesh ll;
 };
 
@@ -46,7 +48,7 @@ class OneShot final : public Algorithm {
     const RankLayout& l = ctx.layout();
     int n = l.nranks;
     bool ll = p == Protocol::kLL;
-    uint64_t mesh = linkId("oneshot"), llId = linkId("oneshot.ll");
+    constexpr uint64_t mesh = linkId("oneshot"), llId = linkId("oneshot.ll");
     for (int j = 0; j < n; ++j) {
       if (j == l.rank) continue;
       ctx.needSend({j, mesh}, {kMeshSlotBytes, kMeshSlots});
@@ -55,17 +57,17 @@ class OneShot final : public Algorithm {
     }
     OneShotState& state = ctx.state<OneShotState>();
     OneShotArgs args{op.fn, l.rank, static_cast<const char*>(op.sendbuff), static_cast<char*>(op.recvbuff), op.count,
-                     op.type, op.op, {}, {}, state.scratch.data(), state.scratch.size()};
-    LlMesh* llMesh = &state.ll;
-    ctx.addTask({mesh, 0}, [args, n, mesh, llId, ll, llMesh](Links& ln) mutable {
-      args.to.assign(n, nullptr);
-      args.from.assign(n, nullptr);
+                     op.type, op.op, &state.to, &state.from, state.scratch.data(), state.scratch.size()};
+    ctx.addTask({mesh, 0}, [args, n, ll, s = &state](Links& ln) mutable {
+      s->to.assign(n, nullptr);  // the same links every call: no allocation after the first
+      s->from.assign(n, nullptr);
       for (int j = 0; j < n; ++j)
         if (j != args.rank) {
-          args.to[j] = &ln.send({j, mesh});
-          args.from[j] = &ln.recv({j, mesh});
+          s->to[j] = &ln.send({j, mesh});
+          s->from[j] = &ln.recv({j, mesh});
         }
-      if (!ll) return makeOneShotTask(args);
+      LlMesh* llMesh = &s->ll;
+      if (!ll) return makeOneShotTask(std::move(args));
       llMesh->in.assign(n, nullptr);
       llMesh->out.assign(n, nullptr);
       llMesh->outBells.assign(n, nullptr);
@@ -77,7 +79,7 @@ class OneShot final : public Algorithm {
           llMesh->out[j] = static_cast<uint64_t*>(out.data);
           llMesh->outBells[j] = out.peerBell.get();
         }
-      return makeLlOneShotTask(args, llMesh);
+      return makeLlOneShotTask(std::move(args), llMesh);
     });
   }
 };

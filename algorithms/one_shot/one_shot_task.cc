@@ -10,10 +10,10 @@ namespace {
 
 class OneShotTask final : public Task {
  public:
-  explicit OneShotTask(const OneShotArgs& a)
-      : a_(a), to_(a_.to), from_(a_.from), n_(static_cast<int>(to_.size())), esize_(device::dtypeSize(a.type)),
+  explicit OneShotTask(OneShotArgs a)
+      : a_(std::move(a)), to_(*a_.to), from_(*a_.from), n_(static_cast<int>(to_.size())), esize_(device::dtypeSize(a_.type)),
         in_(n_) {
-    chunk_ = std::max<size_t>(1, a.chunkBytes / esize_);
+    chunk_ = std::max<size_t>(1, a_.chunkBytes / esize_);
   }
 
   bool progress() override {
@@ -94,6 +94,6 @@ class OneShotTask final : public Task {
 
 }  // namespace
 
-std::unique_ptr<Task> makeOneShotTask(const OneShotArgs& args) { return std::make_unique<OneShotTask>(args); }
+std::unique_ptr<Task> makeOneShotTask(OneShotArgs args) { return std::make_unique<OneShotTask>(std::move(args)); }
 
 }  // namespace strata::algorithms::one_shot

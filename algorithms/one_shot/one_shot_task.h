@@ -22,12 +22,14 @@ struct OneShotArgs {
   size_t count;
   ncclDataType_t type;
   device::ReduceOp op;
-  std::vector<transport::SendConnection*> to;    // indexed by rank; null for this rank
-  std::vector<transport::RecvConnection*> from;  // indexed by rank; null for this rank
+  // Indexed by rank, null for this rank; kept by the communicator's one-shot
+  // state, so that planning a call allocates nothing for them.
+  const std::vector<transport::SendConnection*>* to;
+  const std::vector<transport::RecvConnection*>* from;
   char* scratch;                                 // one chunk: this rank's prepared input
   size_t chunkBytes;                             // at most the connections' slot size
 };
-std::unique_ptr<Task> makeOneShotTask(const OneShotArgs& args);
+std::unique_ptr<Task> makeOneShotTask(OneShotArgs args);
 
 // The LL protocol's state for one communicator: per peer, a region this rank
 // reads (written by the peer) and one it writes (in the peer's memory), each
@@ -38,11 +40,13 @@ struct LlMesh {
   std::vector<uint64_t*> out;
   std::vector<Doorbell*> outBells;  // the peers' doorbells
   std::vector<char> staging;        // n x 4 KiB: every rank's contribution this round
+  std::vector<size_t> got;          // words received from each rank this round
+  std::vector<const void*> inputs;  // every rank's staged contribution, by rank
   uint64_t round = 0;
 };
 
 // The same all-reduce over the LL protocol: data goes through `ll`; the mesh
 // FIFOs in `args` only carry the abort flags (scratch and chunkBytes are unused).
-std::unique_ptr<Task> makeLlOneShotTask(const OneShotArgs& args, LlMesh* ll);
+std::unique_ptr<Task> makeLlOneShotTask(OneShotArgs args, LlMesh* ll);
 
 }  // namespace strata::algorithms::one_shot

@@ -7,6 +7,17 @@
 
 namespace strata::core {
 
+void CommPlan::reset(void* deviceStream) {
+  deviceStream_ = deviceStream;
+  sends_.clear();
+  recvs_.clear();
+  regions_.clear();
+  pending_.clear();
+  selfSends_.clear();
+  selfRecvs_.clear();
+  scratch_.clear();
+}
+
 int CommPlan::minChannels() const { return config().minChannels; }
 
 uint32_t CommPlan::linkCapabilities(int a, int b) const {

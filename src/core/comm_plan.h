@@ -3,7 +3,7 @@
 // then the links opened through the communicator's pool.
 #pragma once
 
-#include <map>
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -16,6 +16,9 @@ class CommPlan final : public algorithms::PlanContext, public algorithms::Links 
  public:
   // `deviceStream`: the stream of this group's device-memory work, if any.
   explicit CommPlan(Communicator& comm, void* deviceStream = nullptr) : comm_(comm), deviceStream_(deviceStream) {}
+  // Empties the plan for the communicator's next call, keeping the containers'
+  // memory (a call in a loop then allocates nothing for its plan).
+  void reset(void* deviceStream);
 
   // PlanContext
   const algorithms::RankLayout& layout() const override { return comm_.layout(); }
@@ -27,9 +30,9 @@ class CommPlan final : public algorithms::PlanContext, public algorithms::Links 
   void* deviceStream() override;
   using PlanContext::linkCapabilities;
   size_t putBytes() const override;
-  void needSend(const LinkKey& k, LinkShape shape) override { sends_[k] = shape; }
-  void needRecv(const LinkKey& k, LinkShape shape) override { recvs_[k] = shape; }
-  void needRegion(const LinkKey& k, size_t bytes, bool device) override { regions_[k] = {bytes, device}; }
+  void needSend(const LinkKey& k, LinkShape shape) override { sends_.push_back({k, shape}); }
+  void needRecv(const LinkKey& k, LinkShape shape) override { recvs_.push_back({k, shape}); }
+  void needRegion(const LinkKey& k, size_t bytes, bool device) override { regions_.push_back({k, {bytes, device}}); }
   void addTask(algorithms::LaneKey lane, algorithms::TaskFactory make) override;
   void selfSend(const char* fn, const void* buf, size_t bytes) override;
   void selfRecv(const char* fn, void* buf, size_t bytes) override;
@@ -46,8 +49,8 @@ class CommPlan final : public algorithms::PlanContext, public algorithms::Links 
 
   Communicator& comm() { return comm_; }
   // Phase 1 and 2 of opening what the plans need (see ConnectionPool).
-  void listen() { comm_.pool().listen(recvs_, regions_); }
-  void connect() { comm_.pool().connect(sends_, regions_); }
+  void listen() { comm_.pool().listen(sortedUnique(recvs_), sortedUnique(regions_)); }
+  void connect() { comm_.pool().connect(sortedUnique(sends_), sortedUnique(regions_)); }
   void openLinks() {
     listen();
     connect();
@@ -70,10 +73,23 @@ class CommPlan final : public algorithms::PlanContext, public algorithms::Links 
     char* ptr;
     size_t bytes;
   };
+  // Sorts by key and keeps each key's last request (what a map assigned to would hold).
+  template <typename V>
+  static const std::vector<std::pair<LinkKey, V>>& sortedUnique(std::vector<std::pair<LinkKey, V>>& v) {
+    std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    size_t out = 0;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i + 1 < v.size() && !(v[i].first < v[i + 1].first)) continue;  // a later request for the same key
+      v[out++] = v[i];
+    }
+    v.resize(out);
+    return v;
+  }
+
   Communicator& comm_;
   void* deviceStream_;
-  std::map<LinkKey, LinkShape> sends_, recvs_;
-  std::map<LinkKey, RegionSpec> regions_;
+  LinkNeeds sends_, recvs_;
+  RegionNeeds regions_;
   std::vector<Pending> pending_;
   std::vector<SelfCopy> selfSends_, selfRecvs_;
   std::vector<std::unique_ptr<char[]>> scratch_;

@@ -1,5 +1,7 @@
 #include "core/communicator.h"
 
+#include "core/comm_plan.h"
+
 #include "algorithms/algorithm.h"
 #include "algorithms/predict.h"
 #include "base/config.h"
@@ -65,10 +67,12 @@ std::string Communicator::stopReason() const {
 DeviceProxy& Communicator::deviceProxy() {
   std::lock_guard<std::mutex> lock(proxyMutex_);
   if (!deviceProxy_) deviceProxy_ = std::make_unique<DeviceProxy>(*this);
+  hasDeviceProxy_.store(true, std::memory_order_release);
   return *deviceProxy_;
 }
 
 void Communicator::drainDevice(double waitSec) {
+  if (!hasDeviceProxy_.load(std::memory_order_acquire)) return;  // host-only communicators: no lock per call
   DeviceProxy* proxy = nullptr;
   {
     std::lock_guard<std::mutex> lock(proxyMutex_);
@@ -88,7 +92,17 @@ void Communicator::releaseDevice(double waitSec) {
 
 Communicator::Communicator() = default;
 
+std::unique_ptr<CommPlan> Communicator::takePlan(void* deviceStream) {
+  std::unique_ptr<CommPlan> plan(sparePlan_.exchange(nullptr));
+  if (!plan) return std::make_unique<CommPlan>(*this, deviceStream);
+  plan->reset(deviceStream);
+  return plan;
+}
+
+void Communicator::returnPlan(std::unique_ptr<CommPlan> plan) { delete sparePlan_.exchange(plan.release()); }
+
 Communicator::~Communicator() {
+  delete sparePlan_.exchange(nullptr);
   releaseDevice(0);
   pool_.reset();  // aborts every link: peers still waiting for this rank fail fast
   if (bootstrap_) PostOffice::instance().discard(bootstrap_->magic(), rank());

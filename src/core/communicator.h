@@ -25,6 +25,7 @@
 namespace strata::core {
 
 class DeviceProxy;
+class CommPlan;
 
 // Set to the name of the lifetime call (ncclCommAbort, ...) that stops a handle;
 // null while it lives. Waits during init consult it.
@@ -69,6 +70,10 @@ class Communicator {
   const RedOpTable& redops() const { return *redops_; }
   // Per-algorithm state kept across operations (PlanContext::state).
   std::shared_ptr<void>& algorithmState(std::type_index type) { return algorithmState_[type]; }
+  // The plan of this communicator's last call, emptied, for the next one (its
+  // containers keep their memory); safe from any thread.
+  std::unique_ptr<CommPlan> takePlan(void* deviceStream);
+  void returnPlan(std::unique_ptr<CommPlan> plan);
 
   // Staging: bytes per slot and ring channels (NCCL_BUFFSIZE, STRATA_NSLOTS, NCCL_*_NCHANNELS, ncclConfig_t).
   size_t slotBytes() const { return slotBytes_; }
@@ -147,6 +152,8 @@ class Communicator {
   std::array<CachedChoice, 16> choices_;
   std::unique_ptr<DeviceProxy> deviceProxy_;  // made at the first device operation
   std::mutex proxyMutex_;
+  std::atomic<bool> hasDeviceProxy_{false};  // set once deviceProxy_ was made
+  std::atomic<CommPlan*> sparePlan_{nullptr};
   std::atomic<ncclResult_t> asyncError_{ncclSuccess};
   std::atomic<bool> abortRequested_{false};
   mutable std::mutex stopMutex_;

@@ -33,14 +33,11 @@ uint32_t regionCapability(const RegionSpec& spec) {
 
 }  // namespace
 
-void ConnectionPool::listen(const std::map<LinkKey, LinkShape>& recvs, const std::map<LinkKey, RegionSpec>& regions) {
+void ConnectionPool::listen(const LinkNeeds& recvs, const RegionNeeds& regions) {
   const PeerInfo& self = (*peers_)[rank_];
   int fresh = 0;
   for (const auto& [k, shape] : recvs) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (recvs_.count(k)) continue;
-    }
+    if (recvs_.count(k)) continue;  // reads need no lock on the one thread that writes (header)
     const PeerInfo& peer = (*peers_)[k.peer];
     transport::Transport& t = transport::selectTransport(self, peer);
     LinkShape s = shapeOf(shape);
@@ -53,10 +50,7 @@ void ConnectionPool::listen(const std::map<LinkKey, LinkShape>& recvs, const std
     ++fresh;
   }
   for (const auto& [k, spec] : regions) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (regionsIn_.count(k)) continue;
-    }
+    if (regionsIn_.count(k)) continue;  // reads need no lock on the one thread that writes (header)
     const PeerInfo& peer = (*peers_)[k.peer];
     transport::ConnectRequest req{&self, &peer, 0, 0};
     std::string handle;
@@ -74,14 +68,11 @@ void ConnectionPool::listen(const std::map<LinkKey, LinkShape>& recvs, const std
   if (fresh) STRATA_INFO(kSubsysP2p, rank_, "links: receiving on %d new link(s)", fresh);
 }
 
-void ConnectionPool::connect(const std::map<LinkKey, LinkShape>& sends, const std::map<LinkKey, RegionSpec>& regions) {
+void ConnectionPool::connect(const LinkNeeds& sends, const RegionNeeds& regions) {
   const PeerInfo& self = (*peers_)[rank_];
   int fresh = 0;
   for (const auto& [k, shape] : sends) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (sends_.count(k)) continue;
-    }
+    if (sends_.count(k)) continue;  // reads need no lock on the one thread that writes (header)
     std::string msg = bootstrap_->recv(k.peer, MsgKind::kConnect, k.id, stopped_);
     size_t zero = msg.find('\0');
     STRATA_REQUIRE(zero != std::string::npos, ncclInternalError, "rank %d: malformed connection handle from rank %d",
@@ -100,10 +91,7 @@ void ConnectionPool::connect(const std::map<LinkKey, LinkShape>& sends, const st
     ++fresh;
   }
   for (const auto& [k, spec] : regions) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (regionsOut_.count(k)) continue;
-    }
+    if (regionsOut_.count(k)) continue;  // reads need no lock on the one thread that writes (header)
     const PeerInfo& peer = (*peers_)[k.peer];
     transport::ConnectRequest req{&self, &peer, 0, 0};
     std::string handle = bootstrap_->recv(k.peer, MsgKind::kRegion, k.id, stopped_);
@@ -122,8 +110,7 @@ void ConnectionPool::connect(const std::map<LinkKey, LinkShape>& sends, const st
 namespace {
 
 template <typename Map>
-auto& lookup(Map& m, const LinkKey& k, std::mutex& mu, const char* what) {
-  std::lock_guard<std::mutex> lock(mu);
+auto& lookup(Map& m, const LinkKey& k, const char* what) {
   auto it = m.find(k);
   STRATA_REQUIRE(it != m.end(), ncclInternalError, "no %s to rank %d for link %016llx (it was never opened)", what,
                  k.peer, static_cast<unsigned long long>(k.id));
@@ -132,10 +119,10 @@ auto& lookup(Map& m, const LinkKey& k, std::mutex& mu, const char* what) {
 
 }  // namespace
 
-transport::SendConnection& ConnectionPool::send(const LinkKey& k) { return *lookup(sends_, k, mu_, "send link"); }
-transport::RecvConnection& ConnectionPool::recv(const LinkKey& k) { return *lookup(recvs_, k, mu_, "receive link"); }
-transport::SharedRegion& ConnectionPool::regionIn(const LinkKey& k) { return lookup(regionsIn_, k, mu_, "region"); }
-transport::SharedRegion& ConnectionPool::regionOut(const LinkKey& k) { return lookup(regionsOut_, k, mu_, "region"); }
+transport::SendConnection& ConnectionPool::send(const LinkKey& k) { return *lookup(sends_, k, "send link"); }
+transport::RecvConnection& ConnectionPool::recv(const LinkKey& k) { return *lookup(recvs_, k, "receive link"); }
+transport::SharedRegion& ConnectionPool::regionIn(const LinkKey& k) { return lookup(regionsIn_, k, "region"); }
+transport::SharedRegion& ConnectionPool::regionOut(const LinkKey& k) { return lookup(regionsOut_, k, "region"); }
 
 std::shared_ptr<transport::Registration> ConnectionPool::registration(const LinkKey& k, void* base, size_t bytes) {
   constexpr size_t kRegistrationCache = 64;

@@ -4,6 +4,11 @@
 // communicators and no pattern deadlocks: every receiver first publishes its
 // handles (listen), then every sender picks them up (connect). Aborting is safe
 // from any thread while another opens or uses links.
+//
+// Threads: one thread at a time opens and uses links (the thread running the
+// communicator's operations: its caller's, or the device proxy's once the caller
+// has drained it), so its own lookups need no lock; what it adds to the maps, it
+// adds under `mu_`, which abortAll (any thread) holds while it walks them.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +33,10 @@ struct RegionSpec {
   bool device = false;
 };
 
+// What a plan needs opened, sorted by key, each key once.
+using LinkNeeds = std::vector<std::pair<LinkKey, LinkShape>>;
+using RegionNeeds = std::vector<std::pair<LinkKey, RegionSpec>>;
+
 class ConnectionPool {
  public:
   // `stopped` is consulted while waiting for a peer's handle (throws to give up).
@@ -37,8 +46,8 @@ class ConnectionPool {
 
   // Phase 1: receive ends and this rank's halves of region pairs, handles sent.
   // Phase 2: send ends and the peers' halves. Keys already open are skipped.
-  void listen(const std::map<LinkKey, LinkShape>& recvs, const std::map<LinkKey, RegionSpec>& regions);
-  void connect(const std::map<LinkKey, LinkShape>& sends, const std::map<LinkKey, RegionSpec>& regions);
+  void listen(const LinkNeeds& recvs, const RegionNeeds& regions);
+  void connect(const LinkNeeds& sends, const RegionNeeds& regions);
 
   transport::SendConnection& send(const LinkKey& k);
   transport::RecvConnection& recv(const LinkKey& k);
@@ -72,7 +81,7 @@ class ConnectionPool {
   Bootstrap* bootstrap_;
   LinkShape defaults_;
   WaitCheck stopped_;
-  mutable std::mutex mu_;  // the maps: abortAll may run on another thread
+  mutable std::mutex mu_;  // held to change the maps, and by abortAll (any thread) to walk them
   std::map<LinkKey, std::unique_ptr<transport::SendConnection>> sends_;
   std::map<LinkKey, std::unique_ptr<transport::RecvConnection>> recvs_;
   std::map<LinkKey, transport::SharedRegion> regionsIn_, regionsOut_;

@@ -20,10 +20,15 @@ inline void cpuRelax() { __builtin_ia32_pause(); }
 
 }  // namespace
 
+Executor::~Executor() {
+  lanes_.clear();  // the tasks first: they may point into their plan's scratch
+  for (auto& [comm, plan] : plans_) comm->returnPlan(std::move(plan));
+}
+
 CommPlan& Executor::planOf(Communicator& comm) {
   for (auto& [c, p] : plans_)
     if (c == &comm) return *p;
-  plans_.emplace_back(&comm, std::make_unique<CommPlan>(comm, deviceStream_));
+  plans_.emplace_back(&comm, comm.takePlan(deviceStream_));
   return *plans_.back().second;
 }
 
@@ -130,7 +135,7 @@ bool Executor::sweepOrFail() {
 }
 
 bool Executor::sweep() {
-  transport::progressBackground();
+  if (polling_) transport::progressBackground();  // no socket is active otherwise (links open before progress)
   bool moved = false;
   allDone_ = true;
   for (auto& [key, lane] : lanes_) {

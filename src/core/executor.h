@@ -23,6 +23,7 @@ class Executor {
   // `deviceStream`: where device-memory algorithms enqueue their kernels (the
   // device proxy's stream; null on a rank's own thread, which runs host memory).
   explicit Executor(void* deviceStream = nullptr) : deviceStream_(deviceStream) {}
+  ~Executor();  // hands each plan back to its communicator for the next call
   // Plans one operation. Throws for invalid ops (the group is then dropped).
   void add(Communicator& comm, const OpDesc& op);
   // Connects what the plans need and runs everything; throws on failure,
