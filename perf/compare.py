@@ -8,7 +8,7 @@ bound from perf/membw_probe measured in the same run on buffers of that size (do
 derives it). Strata's buffers are private host memory, as MPI's are (--strata-memory
 ncclmemalloc: ncclMemAlloc's shared segments instead).
 
-usage: perf/compare.py [--build build] [--reps 5] [--ranks 2,4] [--colls all_reduce,...] [-b 8] [-e 256M] [-f 8]
+usage: perf/compare.py [--build build] [--reps 5] [--ranks 2,4] [--colls all_reduce,...] [-b 8] [-e 128M] [-f 8]
 """
 import argparse
 import os
@@ -37,9 +37,9 @@ def mpirun(n, args, env_extra):
     return rows
 
 
-def probe(build, mib=256):
-    out = subprocess.run([os.path.join(build, "bin", "membw_probe"), str(mib)], capture_output=True, text=True,
-                         check=True)
+def probe(build, mib, threads):
+    out = subprocess.run([os.path.join(build, "bin", "membw_probe"), str(mib), str(threads)], capture_output=True,
+                         text=True, check=True)
     vals = dict(l.split() for l in out.stdout.splitlines() if l.endswith(tuple("0123456789")) and " " in l
                 and not l.startswith("membw"))
     return float(vals["copy_gbps"]), float(vals["add_gbps"])
@@ -48,24 +48,23 @@ def probe(build, mib=256):
 def bound(coll, n, cores, copy, add):
     """busbw (GB/s) at which the memory system alone would limit the collective (docs/perf.md).
 
-    Each rank's least work, at the single-core rates copy and add (bytes written per second),
-    with the n ranks sharing min(n, cores) cores.
+    The least bytes the n ranks must write, out of place, spread over w = min(n, cores)
+    cores that each write at `copy` (memcpy) or `add` (c = a + b) bytes per second, the
+    per-core rates measured with w cores working at once.
     """
-    par = min(n, cores)
-    if coll == "all_reduce":      # reduce 1/n of the data (n-1 adds), copy the other (n-1)/n of the result
-        return 2 * par / (n * (1 / add + 1 / copy))
-    if coll == "reduce_scatter":  # reduce 1/n of the input (n-1 adds)
-        return add * par / n
-    if coll == "all_gather":      # copy the (n-1)/n of the output that comes from peers
-        return copy * par / n
-    if coll == "broadcast":       # n-1 ranks each copy the whole buffer
-        return copy * min(n - 1, cores) / (n - 1)
-    if coll == "reduce":          # n-1 ranks each add the whole buffer (a pipelined chain)
-        return add * min(n - 1, cores) / (n - 1)
-    if coll == "alltoall":        # each rank copies the (n-1)/n of its input that goes to peers
-        return copy * par / n
-    if coll in ("gather", "scatter"):  # n-1 ranks each copy their S/n piece, in parallel
-        return copy * min(n - 1, cores)
+    w = min(n, cores)
+    if coll == "all_reduce":      # per rank: n-1 adds of S/n (its share), (n-1)S/n of the result copied in
+        return 2 * w / (n * (1 / add + 1 / copy))
+    if coll == "reduce_scatter":  # per rank: n-1 adds of S/n
+        return add * w / n
+    if coll in ("all_gather", "alltoall"):  # per rank: the whole S output, its own S/n included
+        return copy * w * (n - 1) / (n * n)
+    if coll == "broadcast":       # every rank writes S (the root its own output too)
+        return copy * w / n
+    if coll == "reduce":          # n-1 adds of S in all, shared by every core
+        return add * w / (n - 1)
+    if coll in ("gather", "scatter"):  # S written in all (each piece once), by every core in parallel
+        return copy * w * (n - 1) / n
     return float("nan")
 
 
@@ -123,7 +122,7 @@ def main():
     strata_env = {"STRATA_PERF_PRIVATE_MEMORY": "1"} if args.strata_memory == "private" else {}
     for rep in range(args.reps):
         for size in large:
-            rates.setdefault(size, []).append(probe(args.build, size / (1 << 20)))
+            rates.setdefault(size, []).append(probe(args.build, size / (1 << 20), cores))
         for n in ranks:
             for coll in colls:
                 for side, extra, env in (("strata", [], strata_env), ("mpi", ["--backend", "mpi"], MPI_ENV)):
@@ -136,8 +135,8 @@ def main():
         print(f"# repetition {rep + 1}/{args.reps} done", file=sys.stderr)
     med = {size: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for size, v in rates.items()}
     for size, (copy, add) in sorted(med.items()):
-        print(f"# membw_probe on {size >> 20} MiB buffers, medians: copy {copy:.2f} GB/s, c=a+b {add:.2f} GB/s "
-              f"(one core); {cores} cores")
+        print(f"# membw_probe on {size >> 20} MiB buffers, {cores} cores at once, medians: copy {copy:.2f} GB/s, "
+              f"c=a+b {add:.2f} GB/s per core")
     print(f"# medians of {args.reps} interleaved runs; busbw in GB/s; out-of-place; float sum; Strata on "
           f"{args.strata_memory} memory")
     for n in ranks:

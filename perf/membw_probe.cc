@@ -1,13 +1,17 @@
-// Single-core memory rates on this machine, the basis of the bounds in perf/compare.py:
-// copy (memcpy) and c = a + b (float) of buffers of the given size (MiB, default 256),
-// in bytes written per second, median of 5 samples of at least 20 ms each (small
-// buffers are copied many times per sample, so they run at the caches' speed, as a
-// collective of that size does).
+// Memory rates on this machine, the basis of the bounds in perf/compare.py: copy
+// (memcpy) and c = a + b (float) of buffers of the given size (MiB, default 256), in
+// bytes written per second per thread, with THREADS threads (default 1) each working on
+// its own buffers at the same time (the ranks of a collective share the memory system
+// so), median of 5 samples of at least 20 ms each (small buffers are copied many times
+// per sample, so they run at the caches' speed, as a collective of that size does).
+//
+// usage: membw_probe [MiB] [THREADS]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -40,16 +44,43 @@ double medianRate(void (*fn)(float*, const float*, const float*, size_t), float*
   return rates[2];
 }
 
+// Each thread's median rate while all of them run.
+struct Rates {
+  double copy = 0, add = 0;
+};
+
+Rates probeOne(size_t n) {
+  std::vector<float> a(n, 1.0f), b(n, 2.0f), c(n, 0.0f);  // touched here, so no page faults below
+  Rates r;
+  r.copy = medianRate(copy, c.data(), a.data(), b.data(), n);
+  r.add = medianRate(add, c.data(), a.data(), b.data(), n);
+  if (c[n / 2] != 3.0f) r.add = -1;  // the sums were not computed: report nonsense rather than a rate
+  return r;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   size_t bytes = static_cast<size_t>((argc > 1 ? strtod(argv[1], nullptr) : 256) * (1 << 20));
+  int threads = argc > 2 ? atoi(argv[2]) : 1;
+  if (threads < 1 || bytes < sizeof(float)) {
+    fprintf(stderr, "usage: membw_probe [MiB > 0] [THREADS >= 1]\n");
+    return 2;
+  }
   size_t n = bytes / sizeof(float);
-  std::vector<float> a(n, 1.0f), b(n, 2.0f), c(n, 0.0f);  // touched here, so no page faults below
-  double copyRate = medianRate(copy, c.data(), a.data(), b.data(), n);
-  double addRate = medianRate(add, c.data(), a.data(), b.data(), n);
-  printf("membw_probe: %.3g MiB buffers, one core: copy %.2f GB/s, c=a+b %.2f GB/s (bytes written per second)\n",
-         static_cast<double>(bytes) / (1 << 20), copyRate, addRate);
-  printf("copy_gbps %.3f\nadd_gbps %.3f\n", copyRate, addRate);
-  return c[n / 2] == 3.0f ? 0 : 1;
+  std::vector<Rates> got(threads);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back([&, t] { got[t] = probeOne(n); });
+  for (auto& th : pool) th.join();
+  Rates mean;
+  for (const Rates& r : got) {
+    if (r.add < 0) return 1;
+    mean.copy += r.copy / threads;
+    mean.add += r.add / threads;
+  }
+  printf("membw_probe: %.3g MiB buffers, %d thread(s) at once: copy %.2f GB/s, c=a+b %.2f GB/s per thread (bytes "
+         "written per second)\n",
+         static_cast<double>(bytes) / (1 << 20), threads, mean.copy, mean.add);
+  printf("copy_gbps %.3f\nadd_gbps %.3f\n", mean.copy, mean.add);
+  return 0;
 }
