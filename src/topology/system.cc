@@ -33,6 +33,31 @@ const std::string& required(const XmlElement& e, const char* key, const std::str
   return *v;
 }
 
+bool hexRun(const std::string& s, size_t* i, size_t minDigits, size_t maxDigits) {
+  size_t start = *i;
+  while (*i < s.size() && isxdigit(static_cast<unsigned char>(s[*i])) && *i - start < maxDigits) ++*i;
+  return *i - start >= minDigits;
+}
+
+// A PCI address as NCCL writes it: [domain:]bus:device.function, in hex.
+bool isBusId(const std::string& s) {
+  size_t i = 0, colons = std::count(s.begin(), s.end(), ':');
+  if (colons == 2 && !(hexRun(s, &i, 4, 8) && i < s.size() && s[i++] == ':')) return false;
+  if (colons != 1 && colons != 2) return false;
+  return hexRun(s, &i, 2, 2) && i < s.size() && s[i++] == ':' && hexRun(s, &i, 2, 2) && i < s.size() &&
+         s[i++] == '.' && hexRun(s, &i, 1, 1) && i == s.size();
+}
+
+// A CPU mask as NCCL writes it: groups of up to 8 hex digits separated by commas.
+bool isAffinity(const std::string& s) {
+  size_t i = 0;
+  for (;;) {
+    if (!hexRun(s, &i, 1, 8)) return false;
+    if (i == s.size()) return true;
+    if (s[i++] != ',') return false;
+  }
+}
+
 const XmlElement* child(const XmlElement& e, const char* name) {
   for (const XmlElement& c : e.children)
     if (c.name == name) return &c;
@@ -129,6 +154,9 @@ void System::connect(int a, int b, LinkType t, double bw, int count) {
 void System::addPciTree(const XmlElement& e, int parent, int cpu, const std::string& source,
                         std::vector<PendingNvlink>& nvlinks) {
   const std::string& busid = required(e, "busid", source);
+  if (!e.attr("strata-synthetic") && !isBusId(busid))
+    fail(ncclInvalidUsage, "topology XML %s:%d: <pci busid=\"%s\"> is not a PCI address (hex [DDDD:]BB:DD.F)",
+         source.c_str(), e.line, busid.c_str());
   double bw = pciBw(e.attrOr("link_speed", ""), e.attrOr("link_width", ""));
   int lanes = atoi(e.attrOr("link_width", "16").c_str());
   Node n;
@@ -217,6 +245,9 @@ System System::fromXml(const XmlElement& root, const std::string& source) {
     cpu.vendor = c.attrOr("vendor", "");
     cpu.arch = c.attrOr("arch", "x86_64");
     cpu.affinity = c.attrOr("affinity", "");
+    if (c.attr("affinity") && !isAffinity(cpu.affinity))
+      fail(ncclInvalidUsage, "topology XML %s:%d: <cpu affinity=\"%s\"> is not a CPU mask (groups of up to 8 hex "
+           "digits separated by commas, as NCCL writes it)", source.c_str(), c.line, cpu.affinity.c_str());
     cpu.family = static_cast<int>(number(c, "familyid", 0, source));
     cpu.model = static_cast<int>(number(c, "modelid", 0, source));
     for (int other : s.ofType(NodeType::kCpu))
@@ -231,6 +262,7 @@ System System::fromXml(const XmlElement& root, const std::string& source) {
         wrapped.name = "pci";
         wrapped.line = p.line;
         wrapped.set("busid", "nic-on-" + s.nodes_[id].id + "-" + std::to_string(p.line));
+        wrapped.set("strata-synthetic", "1");  // no PCI address to check
         wrapped.children.push_back(p);
         s.addPciTree(wrapped, id, id, source, nvlinks);
       }

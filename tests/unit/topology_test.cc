@@ -71,6 +71,13 @@ TEST(TopologyXml, MalformedFilesNameTheLine) {
   EXPECT_NE(errorOf("<system>\nhello\n</system>").find("t.xml:2: text content"), std::string::npos);
   EXPECT_NE(errorOf("<system>\n<cpu numaid=\"zero\"/>\n</system>").find("t.xml:2: <cpu numaid=\"zero\"> is not a number"), std::string::npos);
   EXPECT_NE(errorOf("<system>\n<cpu numaid=\"0\">\n  <pci class=\"0x060400\"/>\n</cpu>\n</system>").find("t.xml:3: <pci> needs a busid"), std::string::npos);
+  EXPECT_NE(errorOf("<system>\n<cpu numaid=\"0\" affinity=\"zz\"/>\n</system>").find("t.xml:2: <cpu affinity=\"zz\"> is not a CPU mask"), std::string::npos);
+  EXPECT_NE(errorOf("<system>\n<cpu numaid=\"0\" affinity=\"ffffffff,\"/>\n</system>").find("is not a CPU mask"), std::string::npos);
+  EXPECT_NE(errorOf("<system>\n<cpu numaid=\"0\" affinity=\"123456789\"/>\n</system>").find("is not a CPU mask"), std::string::npos);
+  EXPECT_NE(errorOf("<system>\n<cpu numaid=\"0\">\n  <pci busid=\"nothex\"/>\n</cpu>\n</system>").find("t.xml:3: <pci busid=\"nothex\"> is not a PCI address"), std::string::npos);
+  for (const char* bad : {"0000:17:00", "0000:17:00.10", "00:17:00.0", "0000:1g:00.0", ":17:00.0", "0000:17:00.0x"})
+    EXPECT_NE(errorOf(std::string("<system>\n<cpu numaid=\"0\">\n  <pci busid=\"") + bad + "\"/>\n</cpu>\n</system>")
+                  .find("is not a PCI address"), std::string::npos) << bad;
   EXPECT_NE(errorOf("<graphs version=\"1\"/>").find("t.xml:1: the root element is <graphs>"), std::string::npos);
   EXPECT_NE(errorOf("<system version=\"1\"/>").find("has no <cpu>"), std::string::npos);
   EXPECT_NE(errorOf("<system>\n<cpu numaid=\"0\" v=\"&nbsp;\"/>\n</system>").find("t.xml:2: unknown entity"), std::string::npos);
