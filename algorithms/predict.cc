@@ -54,6 +54,7 @@ TuneRequest requestFor(const Plan& plan, int nodes, Collective coll, size_t byte
   // scheduler too (fitted on the 4 x 2 test bed: docs/design.md).
   if (nodes > 1 && plan.oversubscribed) r.intra.latencyUs = topology::kCrowdedHopUs;
   r.sharedMemory = !plan.staged;
+  r.gpuMachine = plan.gpus;
   r.launchUs = plan.launchUs;
   return r;
 }

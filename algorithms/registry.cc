@@ -4,7 +4,8 @@
 
 #include "algorithms/algorithm.h"
 
-#define STRATA_ALGORITHMS(X) X(ring) X(tree) X(hierarchical) X(leaders) X(one_shot) X(pairwise) X(device_direct)
+#define STRATA_ALGORITHMS(X) \
+  X(ring) X(tree) X(hierarchical) X(leaders) X(one_shot) X(direct_read) X(pairwise) X(device_direct)
 
 namespace strata::algorithms {
 

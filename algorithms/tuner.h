@@ -26,6 +26,7 @@ struct TuneRequest {
   bool sharedMemory = false;  // every rank maps every other rank's memory: LL is possible
   double launchUs = 0;        // fixed cost of any operation (a kernel launch on GPUs); same for all choices
   bool deviceBuffers = false;  // the operation's buffers are device memory
+  bool gpuMachine = false;     // a prediction for ranks that drive GPUs (strata-topo): host-only algorithms do not apply
   uint64_t unavailable = 0;    // bit i: registry()[i] cannot run on this communicator (its warm-up failed)
 };
 

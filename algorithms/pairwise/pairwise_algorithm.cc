@@ -5,6 +5,8 @@
 
 #include "algorithms/algorithm.h"
 #include "algorithms/common/cost_model.h"
+#include "algorithms/common/local_copy.h"
+#include "algorithms/pairwise/p2p_plan.h"
 #include "algorithms/pairwise/p2p_task.h"
 #include "device/dtypes.h"
 
@@ -16,9 +18,6 @@ bool overlaps(const void* a, const void* b, size_t bytes) {
   return x < y + bytes && y < x + bytes;
 }
 
-// A large transfer moves once where the link allows: one one-sided write, or,
-// for a root that scatters (its receivers then copy in parallel), one read by
-// the receiver. Both ends decide alike from the byte count (equal by NCCL's rules).
 P2pTaskArgs::Mode modeFor(PlanContext& ctx, int peer, size_t bytes, bool fanOut) {
   if (ctx.putBytes() == 0 || bytes < ctx.putBytes()) return P2pTaskArgs::Mode::kSlots;
   uint32_t caps = ctx.linkCapabilities(peer);
@@ -26,7 +25,9 @@ P2pTaskArgs::Mode modeFor(PlanContext& ctx, int peer, size_t bytes, bool fanOut)
   return caps & transport::kPut ? P2pTaskArgs::Mode::kPut : P2pTaskArgs::Mode::kSlots;
 }
 
-void addSend(PlanContext& ctx, const char* fn, const char* buf, size_t bytes, int peer, bool fanOut = false) {
+}  // namespace
+
+void addSend(PlanContext& ctx, const char* fn, const char* buf, size_t bytes, int peer, bool fanOut) {
   const RankLayout& l = ctx.layout();
   if (peer == l.rank) return ctx.selfSend(fn, buf, bytes);
   LinkKey k{peer, linkId("p2p")};
@@ -40,7 +41,7 @@ void addSend(PlanContext& ctx, const char* fn, const char* buf, size_t bytes, in
   });
 }
 
-void addRecv(PlanContext& ctx, const char* fn, char* buf, size_t bytes, int peer, bool fanOut = false) {
+void addRecv(PlanContext& ctx, const char* fn, char* buf, size_t bytes, int peer, bool fanOut) {
   const RankLayout& l = ctx.layout();
   if (peer == l.rank) return ctx.selfRecv(fn, buf, bytes);
   LinkKey k{peer, linkId("p2p")};
@@ -53,6 +54,8 @@ void addRecv(PlanContext& ctx, const char* fn, char* buf, size_t bytes, int peer
     return makeP2pTask(a);
   });
 }
+
+namespace {
 
 class Pairwise final : public Algorithm {
  public:
@@ -87,19 +90,19 @@ class Pairwise final : public Algorithm {
           addSend(ctx, op.fn, src + j * piece, piece, j);
           addRecv(ctx, op.fn, dst + j * piece, piece, j);
         }
-        memcpy(dst + r * piece, src + r * piece, piece);
+        addLocalCopy(ctx, op.fn, dst + r * piece, src + r * piece, piece);  // while the peers' pieces move
         break;
       case Collective::kGather:
         if (r != op.root) return addSend(ctx, op.fn, src, piece, op.root);
         for (int j = 0; j < n; ++j)
           if (j != r) addRecv(ctx, op.fn, dst + j * piece, piece, j);
-        if (dst + r * piece != src) memmove(dst + r * piece, src, piece);
+        addLocalCopy(ctx, op.fn, dst + r * piece, src, piece);
         break;
       default:  // scatter: the receivers read their pieces out of the root's buffer
         if (r != op.root) return addRecv(ctx, op.fn, dst, piece, op.root, true);
         for (int j = 0; j < n; ++j)
           if (j != r) addSend(ctx, op.fn, src + j * piece, piece, j, true);
-        if (dst != src + r * piece) memmove(dst, src + r * piece, piece);
+        addLocalCopy(ctx, op.fn, dst, src + r * piece, piece);
         break;
     }
   }
