@@ -9,3 +9,7 @@ cd build
 exclude=()
 [ "${STRATA_STRESS:-0}" = 1 ] || exclude=(-LE stress)
 ctest --output-on-failure --timeout 900 "${exclude[@]}" "$@"
+cd ..
+# ASan, UBSan and TSan over the unit, transport and lifetime suites, then every fuzz
+# target for STRATA_FUZZ_SECONDS (scripts/run-sanitizers.sh); STRATA_SANITIZERS=0 skips them.
+[ "${STRATA_SANITIZERS:-1}" = 0 ] || scripts/run-sanitizers.sh

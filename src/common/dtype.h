@@ -120,6 +120,43 @@ inline float fp8E5M2ToFloat(uint8_t b) {
 inline uint8_t floatToFp8E4M3(float f) { return fp8Encode(f, kFp8E4M3); }
 inline uint8_t floatToFp8E5M2(float f) { return fp8Encode(f, kFp8E5M2); }
 
+// IEEE binary16 in software, for compilers without _Float16 on this target
+// (clang before 15 on x86-64); exact decode, round to nearest even on encode,
+// infinities kept, NaN stays a quiet NaN. Checked against _Float16 (unit tests).
+inline float halfBitsToFloat(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ffu, u;
+  if (e == 0x1f) {
+    u = sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0);
+  } else if (e != 0) {
+    u = sign | ((e + 112) << 23) | (m << 13);
+  } else {  // zero or subnormal: m x 2^-24, exact in float
+    float f = std::ldexp(static_cast<float>(m), -24);
+    return sign ? -f : f;
+  }
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+inline uint16_t floatToHalfBits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7e00u;                   // NaN
+  if (a >= 0x477ff000u) return sign | 0x7c00u;                  // rounds to infinity (65520 and up)
+  if (a < 0x38800000u) {                                         // below the smallest normal: subnormal
+    float q = std::nearbyint(std::fabs(f) * 16777216.0f);        // in units of 2^-24, ties to even
+    return sign | static_cast<uint16_t>(q);
+  }
+  uint32_t rounded = a + 0xfffu + ((a >> 13) & 1u);              // ties to even at bit 13
+  return sign | static_cast<uint16_t>((rounded - 0x38000000u) >> 13);
+}
+
+struct SoftHalf {
+  uint16_t bits;
+};
+
 // Load/store between a storage type and the type arithmetic is done in.
 template <typename T>
 struct Format {
@@ -127,11 +164,23 @@ struct Format {
   static Compute load(T v) { return v; }
   static T store(Compute v) { return v; }
 };
+#if defined(__clang__) && __clang_major__ < 15 && defined(__x86_64__)
+#define STRATA_SOFT_HALF 1  // no _Float16 on x86-64 before clang 15
+using HostHalf = SoftHalf;
+#else
+using HostHalf = _Float16;
 template <>
 struct Format<_Float16> {
   using Compute = float;
   static float load(_Float16 v) { return static_cast<float>(v); }
   static _Float16 store(float v) { return static_cast<_Float16>(v); }
+};
+#endif
+template <>
+struct Format<SoftHalf> {
+  using Compute = float;
+  static float load(SoftHalf v) { return halfBitsToFloat(v.bits); }
+  static SoftHalf store(float v) { return SoftHalf{floatToHalfBits(v)}; }
 };
 template <>
 struct Format<Bf16> {
@@ -154,7 +203,7 @@ struct Format<Fp8E5M2> {
 
 // The CPU's storage types.
 struct HostTypes {
-  using Half = _Float16;
+  using Half = HostHalf;
   using BFloat16 = Bf16;
   using Fp8E4M3 = strata::Fp8E4M3;
   using Fp8E5M2 = strata::Fp8E5M2;

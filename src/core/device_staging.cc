@@ -122,7 +122,7 @@ bool direct(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
 std::vector<std::pair<void*, int>> streamsOf(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
   std::vector<std::pair<void*, int>> streams;
   for (auto& [h, op] : ops) {
-    auto known = [&](const std::pair<void*, int>& e) { return e.first == op.stream; };
+    auto known = [s = op.stream](const std::pair<void*, int>& e) { return e.first == s; };
     if (std::find_if(streams.begin(), streams.end(), known) == streams.end())
       streams.emplace_back(op.stream, h->impl->device());
   }

@@ -59,7 +59,7 @@ void attachGpus(XmlElement& root, const std::vector<NvmlGpu>& gpus, std::vector<
     gpu.set("gdr", gdr ? "1" : "0");
     if (!g.noP2p.empty()) gpu.set("p2p", "0");
     for (const auto& [target, count] : g.nvlinks) {
-      bool toGpu = std::any_of(gpus.begin(), gpus.end(), [&](const NvmlGpu& o) { return o.busId == target; });
+      bool toGpu = std::any_of(gpus.begin(), gpus.end(), [&, t = target](const NvmlGpu& o) { return o.busId == t; });
       XmlElement& l = gpu.add("nvlink");
       l.set("target", target);
       l.set("count", std::to_string(count));

@@ -12,6 +12,50 @@
 namespace strata::device {
 namespace {
 
+#ifndef STRATA_SOFT_HALF
+// The software binary16 (used where the compiler has no _Float16) against the
+// compiler's: every half decodes alike, and every half, every midpoint between
+// neighbours (ties to even) and a sweep of floats encode alike.
+uint16_t hardBits(float f) {
+  _Float16 h = static_cast<_Float16>(f);
+  uint16_t b;
+  memcpy(&b, &h, 2);
+  return b;
+}
+
+TEST(SoftHalf, MatchesTheCompilersHalfEverywhere) {
+  for (uint32_t b = 0; b < 0x10000; ++b) {
+    _Float16 h;
+    uint16_t bits = static_cast<uint16_t>(b);
+    memcpy(&h, &bits, 2);
+    float hard = static_cast<float>(h), soft = halfBitsToFloat(bits);
+    if (std::isnan(hard)) {
+      ASSERT_TRUE(std::isnan(soft)) << b;
+      ASSERT_TRUE(std::isnan(halfBitsToFloat(floatToHalfBits(soft)))) << b;
+      continue;
+    }
+    ASSERT_EQ(memcmp(&hard, &soft, 4), 0) << "decode " << b;
+    ASSERT_EQ(floatToHalfBits(hard), bits) << "round trip " << b;
+    if ((b & 0x7fff) < 0x7c00) {  // finite: the midpoint to the next half up, and just around it
+      uint16_t next = static_cast<uint16_t>(b + 1);
+      _Float16 n;
+      memcpy(&n, &next, 2);
+      float mid = (hard + static_cast<float>(n)) / 2;
+      for (float f : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY)})
+        ASSERT_EQ(floatToHalfBits(f), hardBits(f)) << "encode " << f << " near half " << b;
+    }
+  }
+  uint32_t x = 12345;
+  for (int i = 0; i < 1000000; ++i) {  // floats of every exponent
+    x = x * 1664525u + 1013904223u;
+    float f;
+    memcpy(&f, &x, 4);
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(floatToHalfBits(f), hardBits(f)) << f;
+  }
+}
+#endif
+
 TEST(Bf16, RoundsToNearestEven) {
   EXPECT_EQ(floatToBf16(1.0f), 0x3f80);
   EXPECT_EQ(floatToBf16(1.0f + 1.0f / 256), 0x3f80);      // halfway, even stays

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The sanitizer and fuzzing stages of the test suite (scripts/run-tests.sh runs them
+# after the main suite; STRATA_SANITIZERS=0 there skips them). Stages, in their own
+# trees (build-<stage>), each building only what it runs:
+#   asan, ubsan  the unit suite, the transport conformance suite and the lifetime tests
+#   tsan         the same without forked processes (TSan does not follow fork) or simulated GPUs
+#   fuzz         every libFuzzer target for STRATA_FUZZ_SECONDS (default 60) each, with
+#                ASan and UBSan, from its seed corpus (tests/fuzz/corpus)
+# STRATA_SANITIZER_STAGES picks stages (default: all four).
+set -euo pipefail
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+cd "$(dirname "$0")/.."
+stages=${STRATA_SANITIZER_STAGES:-asan ubsan tsan fuzz}
+targets=(unit_tests task_tests topology_tests transport_conformance lifetime_test)
+for stage in $stages; do
+  start=$SECONDS
+  echo "== stage $stage"
+  cmake --preset "$stage" >/dev/null
+  if [ "$stage" = fuzz ]; then
+    cmake --build build-fuzz -j "$(nproc)" --target fuzz_topology_xml fuzz_environment fuzz_unique_id
+    (cd build-fuzz && ctest -L fuzz -j "$(nproc)" --output-on-failure)
+  else
+    cmake --build "build-$stage" -j "$(nproc)" --target "${targets[@]}"
+    skip='^abi_|^dropin_'  # header and ABI checks: compiled in the main suite, nothing to sanitize
+    # TSan: no forked processes, and no simulated GPUs (their fixed address range is TSan's shadow memory)
+    [ "$stage" = tsan ] && skip="$skip|/shm|/socket|processes|Processes|cuda_ipc|\\.sim"
+    (cd "build-$stage" && ctest -j "$(nproc)" --output-on-failure --timeout 900 -L 'unit|transport' -E "$skip")
+    (cd "build-$stage" && ctest -j "$(nproc)" --output-on-failure --timeout 900 -R Lifetime -E "$skip")
+  fi
+  echo "== stage $stage: $((SECONDS - start)) s"
+done
