@@ -1,10 +1,20 @@
 // NCCL's documented behaviours beyond the data path: errors, groups,
 // point-to-point, split and shrink, nonblocking init, bootstrap failures.
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -204,6 +214,123 @@ TEST(Api, WrongMagicIsRefusedAtOnce) {
   EXPECT_EQ(ncclCommInitRank(&comm, 1, id, 0), ncclInvalidArgument);
   EXPECT_NE(lastError().find("refused"), std::string::npos) << lastError();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+// The TCP endpoints this process listens on (its post office, its data listener):
+// the sockets among its open files that /proc/net/tcp{,6} lists as listening, as
+// addresses to connect to (a wildcard address as loopback).
+std::vector<sockaddr_storage> listeningEndpoints() {
+  std::set<std::string> inodes;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d)) {
+      char target[256];
+      ssize_t n = readlink((std::string("/proc/self/fd/") + e->d_name).c_str(), target, sizeof target - 1);
+      if (n <= 0) continue;
+      target[n] = 0;
+      if (strncmp(target, "socket:[", 8) == 0) inodes.insert(std::string(target + 8, strlen(target) - 9));
+    }
+    closedir(d);
+  }
+  std::vector<sockaddr_storage> out;
+  for (int v6 = 0; v6 < 2; ++v6) {
+    std::ifstream in(v6 ? "/proc/net/tcp6" : "/proc/net/tcp");
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::string sl, local, remote, state, queues, timer, retr, uid, timeout, inode;
+      f >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
+      if (state != "0A" || !inodes.count(inode)) continue;
+      std::string hex = local.substr(0, local.find(':'));
+      int port = std::stoi(local.substr(local.find(':') + 1), nullptr, 16);
+      sockaddr_storage a{};
+      if (!v6) {  // the kernel prints the address as one host-order word
+        auto* s4 = reinterpret_cast<sockaddr_in*>(&a);
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons(static_cast<uint16_t>(port));
+        s4->sin_addr.s_addr = static_cast<uint32_t>(std::stoul(hex, nullptr, 16));
+        if (s4->sin_addr.s_addr == 0) s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      } else {  // four such words
+        auto* s6 = reinterpret_cast<sockaddr_in6*>(&a);
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons(static_cast<uint16_t>(port));
+        for (int w = 0; w < 4; ++w) {
+          uint32_t word = static_cast<uint32_t>(std::stoul(hex.substr(8 * w, 8), nullptr, 16));
+          memcpy(&s6->sin6_addr.s6_addr[4 * w], &word, 4);
+        }
+        if (IN6_IS_ADDR_UNSPECIFIED(&s6->sin6_addr)) s6->sin6_addr = in6addr_loopback;
+      }
+      out.push_back(a);
+    }
+  }
+  return out;
+}
+
+int connectTo(const sockaddr_storage& a) {
+  int fd = socket(a.ss_family, SOCK_STREAM, 0);
+  socklen_t len = a.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&a), len) == 0) return fd;
+  close(fd);
+  return -1;
+}
+
+// Strangers on every port this process listens on (half a header and silence, a
+// header that claims a 1 GiB message and nothing after it, garbage, an idle
+// connection) neither delay nor break the init and all-reduce of ranks (forked
+// processes) whose root is this process's post office; before the serve thread read without blocking, the
+// first half-header held up every message to this process for STRATA_TIMEOUT.
+TEST(Api, StrangersOnTheListeningPortsDoNotDelayInit) {
+  setenv("STRATA_TIMEOUT", "10", 1);
+  reloadEnvironment();
+  ncclUniqueId warm;
+  ASSERT_EQ(ncclGetUniqueId(&warm), ncclSuccess);  // starts this process's post office
+  std::vector<sockaddr_storage> ports = listeningEndpoints();
+  ASSERT_FALSE(ports.empty());
+  std::vector<int> strangers;
+  for (const sockaddr_storage& port : ports) {
+    if (int fd = connectTo(port); fd >= 0) {
+      ASSERT_EQ(send(fd, "STRATA", 6, 0), 6);  // half a header
+      strangers.push_back(fd);
+    }
+    if (int fd = connectTo(port); fd >= 0) {
+      uint64_t header[5] = {0x1234, 3, 0, 1ull << 30, 1ull << 30};  // magic, kind|src, dst|seq.., length: 1 GiB
+      ASSERT_EQ(send(fd, header, sizeof header, 0), static_cast<ssize_t>(sizeof header));
+      strangers.push_back(fd);
+    }
+    if (int fd = connectTo(port); fd >= 0) {
+      std::string junk(4096, '\xa5');
+      send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
+      strangers.push_back(fd);
+    }
+    if (int fd = connectTo(port); fd >= 0) strangers.push_back(fd);  // idle
+  }
+  // Rank 0 here (its root is this process's post office), rank 1 a forked child
+  // that reaches it over TCP, as every rank of another process does.
+  auto start = std::chrono::steady_clock::now();
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  auto rank = [&id](int r) -> std::string {
+    ncclComm_t comm;
+    if (ncclCommInitRank(&comm, 2, id, r) != ncclSuccess) return "init: " + lastError();
+    std::vector<float> buf(1024, static_cast<float>(r + 1));
+    if (ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat32, ncclSum, comm, nullptr) != ncclSuccess)
+      return "all-reduce: " + lastError();
+    ncclCommDestroy(comm);
+    return buf[7] == 3.0f ? "" : "wrong sum";
+  };
+  pid_t child = fork();
+  if (child == 0) _exit(rank(1).empty() ? 0 : 1);
+  std::string err = rank(0);
+  int status = 0;
+  waitpid(child, &status, 0);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (int fd : strangers) close(fd);
+  unsetenv("STRATA_TIMEOUT");
+  reloadEnvironment();
+  EXPECT_EQ(err, "");
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank 1 failed";
+  ASSERT_GE(strangers.size(), 4u) << "no stranger got in";
+  EXPECT_LT(seconds, 1.0) << strangers.size() << " stranger connections on " << ports.size() << " listening ports";
 }
 
 TEST(Api, BootstrapTimeoutNamesMissingRanks) {

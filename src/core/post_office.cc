@@ -1,6 +1,8 @@
 #include "core/post_office.h"
 
 #include <poll.h>
+#include <sys/socket.h>
+#include <cerrno>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -13,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/config.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -37,6 +40,17 @@ bool MsgKey::operator<(const MsgKey& o) const {
   return std::tie(magic, kind, src, dst, seq) < std::tie(o.magic, o.kind, o.src, o.dst, o.seq);
 }
 
+// One connection's message in the making: the serve thread reads whatever has
+// arrived on every connection without blocking, so a connection that stops in
+// the middle of a message (a stranger, a crashed or stopped rank) holds up no
+// other; it is closed once idle that long for STRATA_TIMEOUT.
+struct Inbox {
+  WireHeader h{};
+  size_t headerGot = 0;
+  std::string payload;  // grows as bytes arrive: a length claimed is not allocated up front
+  double lastByte = 0;
+};
+
 struct PostOffice::State {
   std::mutex mutex;
   std::condition_variable arrived;
@@ -51,7 +65,7 @@ struct PostOffice::State {
 
   void start();
   void serve();
-  bool readMessage(int fd);
+  bool deliver(int fd, Inbox& in);
 };
 
 namespace {
@@ -87,59 +101,95 @@ void PostOffice::State::start() {
   started = true;
 }
 
+namespace {
+
+// Reads what is there; false when the connection is finished (closed, reset, or
+// sent something no rank sends). `complete` is set once a whole message is in.
+bool readSome(int fd, Inbox& in, bool* complete) {
+  *complete = false;
+  for (;;) {
+    ssize_t n;
+    if (in.headerGot < sizeof(in.h)) {
+      n = recv(fd, reinterpret_cast<char*>(&in.h) + in.headerGot, sizeof(in.h) - in.headerGot, 0);
+      if (n > 0) in.headerGot += static_cast<size_t>(n);
+    } else {
+      if (in.h.length > kMaxPayload) return false;
+      size_t got = in.payload.size();
+      if (got == in.h.length) {
+        *complete = true;
+        return true;
+      }
+      size_t want = std::min<uint64_t>(in.h.length - got, 1 << 20);
+      in.payload.resize(got + want);
+      n = recv(fd, in.payload.data() + got, want, 0);
+      in.payload.resize(got + (n > 0 ? static_cast<size_t>(n) : 0));
+    }
+    if (n == 0) return false;
+    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+    in.lastByte = nowSec();
+  }
+}
+
+}  // namespace
+
 // Accepts connections and files every complete message under its key.
 void PostOffice::State::serve() {
-  std::vector<int> conns;
+  std::map<int, Inbox> conns;
   for (;;) {
     std::vector<pollfd> fds{{listenFd, POLLIN, 0}};
-    for (int c : conns) fds.push_back({c, POLLIN, 0});
-    if (poll(fds.data(), fds.size(), -1) < 0) continue;
+    for (auto& [c, in] : conns) fds.push_back({c, POLLIN, 0});
+    if (poll(fds.data(), fds.size(), 1000) < 0) continue;
     if (fds[0].revents & POLLIN) {
-      int c = accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC);
-      if (c >= 0) conns.push_back(c);
+      int c = accept4(listenFd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (c >= 0) conns[c].lastByte = nowSec();
     }
+    double now = nowSec();
     for (size_t i = 1; i < fds.size(); ++i) {
-      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       int c = fds[i].fd;
-      if (!readMessage(c)) {
+      Inbox& in = conns[c];
+      bool open = true;
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
+        bool complete = false;
+        open = readSome(c, in, &complete);
+        if (open && complete) {
+          open = deliver(c, in);
+          in = Inbox{};
+          in.lastByte = now;
+        }
+      }
+      bool stalled = (in.headerGot > 0) && now - in.lastByte > config().timeoutSec;  // mid-message, silent
+      if (!open || stalled) {
         close(c);
-        conns.erase(std::find(conns.begin(), conns.end(), c));
+        conns.erase(c);
       }
     }
   }
 }
 
-bool PostOffice::State::readMessage(int fd) {
-  try {
-    Deadline deadline(config().timeoutSec);
-    WireHeader h;
-    recvAll(fd, &h, sizeof(h), deadline);
-    if (h.length > kMaxPayload) return false;
-    std::string payload(h.length, '\0');
-    recvAll(fd, payload.data(), payload.size(), deadline);
-    MsgKey key{h.magic, static_cast<MsgKind>(h.kind), h.src, h.dst, h.seq};
-    char ack;
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      ack = (key.kind == MsgKind::kRootHello && !roots.count(key.magic)) ? 0 : 1;
-    }
-    // Acknowledge before filing: once filed, the receiving rank may finish and
-    // exit at once, and an exit with the ack unsent would reset the connection.
-    sendAll(fd, &ack, 1, deadline);
-    if (!ack) {
-      STRATA_WARN(-1, "Bootstrap: refused a rank whose unique id magic %016llx is not one this process issued",
-                  static_cast<unsigned long long>(key.magic));
-      return true;
-    }
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      mailbox[key].push_back(std::move(payload));
-    }
-    arrived.notify_all();
-    return true;
-  } catch (const Error&) {
-    return false;  // the sender went away; its side reports the failure
+// Acknowledges and files one complete message; false when the connection should close.
+bool PostOffice::State::deliver(int fd, Inbox& in) {
+  const WireHeader& h = in.h;
+  MsgKey key{h.magic, static_cast<MsgKind>(h.kind), h.src, h.dst, h.seq};
+  char ack;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    ack = (key.kind == MsgKind::kRootHello && !roots.count(key.magic)) ? 0 : 1;
   }
+  // Acknowledge before filing: once filed, the receiving rank may finish and exit
+  // at once, and an exit with the ack unsent would reset the connection. A sender
+  // waits for the ack before its next message, so one byte always fits.
+  if (::send(fd, &ack, 1, MSG_NOSIGNAL) != 1) return false;
+  if (!ack) {
+    STRATA_WARN(-1, "Bootstrap: refused a rank whose unique id magic %016llx is not one this process issued",
+                static_cast<unsigned long long>(key.magic));
+    return true;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    mailbox[key].push_back(std::move(in.payload));
+  }
+  arrived.notify_all();
+  return true;
 }
 
 SockAddr PostOffice::address() {
