@@ -3,10 +3,13 @@
 #include <netinet/tcp.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <memory>
 
+#include "base/clock.h"
 #include "base/config.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -34,40 +37,58 @@ DataListener::DataListener(const SockAddr& ip) : addr_(ip) {
 
 int DataListener::tryTake(uint64_t token, uint32_t stream) {
   std::lock_guard<std::mutex> lock(mu_);
+  acceptPending();
+  readHellos();
+  auto it = ready_.find({token, stream});
+  if (it == ready_.end()) return -1;
+  int fd = it->second;
+  ready_.erase(it);
+  return fd;
+}
+
+void DataListener::acceptPending() {
   for (;;) {
-    auto it = ready_.find({token, stream});
-    if (it != ready_.end()) {
-      int fd = it->second;
-      ready_.erase(it);
-      return fd;
-    }
     pollfd p{fd_, POLLIN, 0};
-    if (poll(&p, 1, 0) <= 0) return -1;
-    acceptOne();
+    if (poll(&p, 1, 0) <= 0) return;  // the listening socket blocks: accept only what is there
+    int fd = accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;
+    pending_[fd].since = nowSec();
   }
 }
 
-// Accepts one pending stream and files it under its hello (sent right after connect).
-void DataListener::acceptOne() {
-  int fd = accept(fd_, nullptr, nullptr);
-  if (fd < 0) return;
-  StreamHello hello{};
-  try {
-    recvAll(fd, &hello, sizeof(hello), Deadline(5.0));
-  } catch (const Error& e) {
-    close(fd);
-    STRATA_WARN(-1, "socket transport: dropped an incoming stream: %s", e.what());
-    return;
+// Files every stream whose hello is complete by (token, stream); drops those that
+// do not start with Strata's hello, and those still incomplete after 5 s.
+void DataListener::readHellos() {
+  double now = nowSec();
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    int fd = it->first;
+    Pending& p = it->second;
+    ssize_t n = recv(fd, reinterpret_cast<char*>(&p.hello) + p.got, sizeof(p.hello) - p.got, 0);
+    if (n > 0) p.got += static_cast<size_t>(n);
+    bool waiting = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+    const char* drop = nullptr;
+    if (p.got == sizeof(p.hello)) {
+      if (p.hello.magic != kHelloMagic) drop = "did not start with Strata's hello";
+    } else if (n == 0 || (n < 0 && !waiting)) {
+      drop = "closed before its hello";
+    } else if (now - p.since > 5.0) {
+      drop = "sent no complete hello in 5 s";
+    }
+    if (drop) {
+      close(fd);
+      STRATA_WARN(-1, "socket transport: dropped a connection to the data port that %s", drop);
+      it = pending_.erase(it);
+      continue;
+    }
+    if (p.got < sizeof(p.hello)) {
+      ++it;
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    ready_[{p.hello.token, p.hello.stream}] = fd;
+    it = pending_.erase(it);
   }
-  if (hello.magic != kHelloMagic) {
-    close(fd);
-    STRATA_WARN(-1, "socket transport: dropped a connection to the data port that did not start with Strata's hello");
-    return;
-  }
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-  ready_[{hello.token, hello.stream}] = fd;
 }
 
 }  // namespace strata::transport::socket

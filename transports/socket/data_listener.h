@@ -33,14 +33,24 @@ class DataListener {
   int tryTake(uint64_t token, uint32_t stream);
 
  private:
+  // An accepted stream whose hello has not all arrived: read as it comes, never
+  // waited for, so a connection that sends nothing (a stranger, a port scan)
+  // delays no rank; dropped after 5 s.
+  struct Pending {
+    StreamHello hello{};
+    size_t got = 0;
+    double since = 0;
+  };
   explicit DataListener(const SockAddr& ip);
-  void acceptOne();
+  void acceptPending();
+  void readHellos();
 
   int fd_ = -1;
   SockAddr addr_;
   std::atomic<uint64_t> nextToken_{1};
   std::mutex mu_;
   std::map<std::pair<uint64_t, uint32_t>, int> ready_;
+  std::map<int, Pending> pending_;
 };
 
 }  // namespace strata::transport::socket
