@@ -11,13 +11,13 @@ set -euo pipefail
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 cd "$(dirname "$0")/.."
 stages=${STRATA_SANITIZER_STAGES:-asan ubsan tsan fuzz}
-targets=(unit_tests task_tests topology_tests transport_conformance lifetime_test)
+targets=(unit_tests core_tests task_tests topology_tests transport_conformance lifetime_test)
 for stage in $stages; do
   start=$SECONDS
   echo "== stage $stage"
   cmake --preset "$stage" >/dev/null
   if [ "$stage" = fuzz ]; then
-    cmake --build build-fuzz -j "$(nproc)" --target fuzz_topology_xml fuzz_environment fuzz_unique_id
+    cmake --build build-fuzz -j "$(nproc)" --target fuzz_topology_xml fuzz_environment fuzz_unique_id fuzz_peer_table
     (cd build-fuzz && ctest -L fuzz -j "$(nproc)" --output-on-failure)
   else
     cmake --build "build-$stage" -j "$(nproc)" --target "${targets[@]}"

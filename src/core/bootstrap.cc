@@ -15,37 +15,10 @@ namespace {
 
 constexpr uint32_t kUniqueIdTag = 0x53545241;  // "STRA"
 
-// The hello a rank (or a forwarding root) sends, followed by PeerInfo entries.
-struct HelloHeader {
-  int32_t nranks;
-  int32_t entries;
-  int32_t expected;  // ranks the receiving root collects before it answers or forwards
-  int32_t forward;   // nonzero: the receiving root forwards to the first root instead of answering
-  uint64_t firstMagic;
-  SockAddr firstRoot;
-};
-
 uint64_t randomMagic() {
   std::random_device rd;
   uint64_t m = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   return m ^ static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-}
-
-std::string packPeers(HelloHeader h, const std::vector<PeerInfo>& peers) {
-  h.entries = static_cast<int32_t>(peers.size());
-  std::string out(reinterpret_cast<const char*>(&h), sizeof(h));
-  out.append(reinterpret_cast<const char*>(peers.data()), peers.size() * sizeof(PeerInfo));
-  return out;
-}
-
-std::vector<PeerInfo> unpackPeers(const std::string& msg, HelloHeader* h) {
-  STRATA_REQUIRE(msg.size() >= sizeof(*h), ncclInternalError, "bootstrap: truncated hello");
-  memcpy(h, msg.data(), sizeof(*h));
-  STRATA_REQUIRE(h->entries >= 0 && msg.size() == sizeof(*h) + h->entries * sizeof(PeerInfo), ncclInternalError,
-                 "bootstrap: hello of %zu bytes does not hold %d entries", msg.size(), h->entries);
-  std::vector<PeerInfo> peers(h->entries);
-  memcpy(static_cast<void*>(peers.data()), msg.data() + sizeof(*h), h->entries * sizeof(PeerInfo));
-  return peers;
 }
 
 std::string describeMissing(const std::vector<bool>& arrived) {
@@ -147,6 +120,33 @@ void runRoot(uint64_t magic) {
 }
 
 }  // namespace
+
+std::string packPeers(HelloHeader h, const std::vector<PeerInfo>& peers) {
+  h.entries = static_cast<int32_t>(peers.size());
+  std::string out(reinterpret_cast<const char*>(&h), sizeof(h));
+  if (!peers.empty()) out.append(reinterpret_cast<const char*>(peers.data()), peers.size() * sizeof(PeerInfo));
+  return out;
+}
+
+std::vector<PeerInfo> unpackPeers(const std::string& msg, HelloHeader* h) {
+  STRATA_REQUIRE(msg.size() >= sizeof(*h), ncclRemoteError, "bootstrap: truncated hello (%zu bytes)", msg.size());
+  memcpy(h, msg.data(), sizeof(*h));
+  STRATA_REQUIRE(h->nranks > 0 && h->nranks <= kMaxRanks, ncclRemoteError,
+                 "bootstrap: a hello for %d ranks (at most %d)", h->nranks, kMaxRanks);
+  STRATA_REQUIRE(h->entries >= 0 && h->entries <= h->nranks && h->expected >= 0 && h->expected <= h->nranks &&
+                     msg.size() == sizeof(*h) + static_cast<size_t>(h->entries) * sizeof(PeerInfo),
+                 ncclRemoteError, "bootstrap: a hello of %zu bytes that does not hold %d of %d entries", msg.size(),
+                 h->entries, h->nranks);
+  std::vector<PeerInfo> peers(h->entries);
+  if (!peers.empty())  // memcpy of nothing into an empty vector's null data() is undefined (found by fuzz_peer_table)
+    memcpy(static_cast<void*>(peers.data()), msg.data() + sizeof(*h), peers.size() * sizeof(PeerInfo));
+  for (PeerInfo& p : peers) {  // names from another process end inside their arrays, whatever it sent
+    p.busId[sizeof p.busId - 1] = 0;
+    p.hostname[sizeof p.hostname - 1] = 0;
+    p.bellName[sizeof p.bellName - 1] = 0;
+  }
+  return peers;
+}
 
 ncclUniqueId createUniqueId() {
   UniqueIdLayout id{};

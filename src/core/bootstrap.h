@@ -24,6 +24,23 @@ struct UniqueIdLayout {
 };
 static_assert(sizeof(UniqueIdLayout) <= NCCL_UNIQUE_ID_BYTES, "unique id too large");
 
+// The rendezvous' wire format: the hello a rank (or a forwarding root) sends to a
+// root, followed by PeerInfo entries; the root's answer is the same with every rank.
+constexpr int32_t kMaxRanks = 1 << 24;
+struct HelloHeader {
+  int32_t nranks;
+  int32_t entries;
+  int32_t expected;  // ranks the receiving root collects before it answers or forwards
+  int32_t forward;   // nonzero: the receiving root forwards to the first root instead of answering
+  uint64_t firstMagic;
+  SockAddr firstRoot;
+};
+
+std::string packPeers(HelloHeader h, const std::vector<PeerInfo>& peers);
+// Throws ncclRemoteError for anything a rank never sends (sizes, counts out of
+// range); names in the entries are cut to end inside their arrays.
+std::vector<PeerInfo> unpackPeers(const std::string& msg, HelloHeader* h);
+
 // Makes a new id and starts this process's root thread for it.
 ncclUniqueId createUniqueId();
 // Reads an id; throws ncclInvalidArgument if it was not made by createUniqueId.
