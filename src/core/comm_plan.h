@@ -76,7 +76,13 @@ class CommPlan final : public algorithms::PlanContext, public algorithms::Links 
   // Sorts by key and keeps each key's last request (what a map assigned to would hold).
   template <typename V>
   static const std::vector<std::pair<LinkKey, V>>& sortedUnique(std::vector<std::pair<LinkKey, V>>& v) {
-    std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    auto before = [](const auto& a, const auto& b) { return a.first < b.first; };
+    if (v.size() > 16) {
+      std::stable_sort(v.begin(), v.end(), before);
+    } else {  // the usual few links: an insertion sort, without stable_sort's buffer allocation
+      for (size_t i = 1; i < v.size(); ++i)
+        for (size_t j = i; j > 0 && before(v[j], v[j - 1]); --j) std::swap(v[j], v[j - 1]);
+    }
     size_t out = 0;
     for (size_t i = 0; i < v.size(); ++i) {
       if (i + 1 < v.size() && !(v[i].first < v[i + 1].first)) continue;  // a later request for the same key
