@@ -65,12 +65,7 @@ class P2pTask final : public Task {
     bool offeredNow = !offered_ && (offered_ = a_.recv->puts()->tryOffer(a_.buffer, a_.bytes, *a_.reg));
     size_t got = 0;
     if (!offered_ || !a_.recv->puts()->tryPutDone(&got)) return offeredNow;  // waiting is not progress
-    STRATA_REQUIRE(got == a_.bytes, ncclInvalidUsage,
-                   "%s: rank %d: rank %d sent %zu bytes where this rank's receive expects %zu (send and receive "
-                   "counts or types differ)",
-                   a_.fn, a_.rank, a_.peer, got, a_.bytes);
-    offset_ = a_.bytes;
-    return true;
+    return received(got);
   }
 
   bool exposeAll() {
@@ -87,6 +82,11 @@ class P2pTask final : public Task {
   bool receiveGet() {
     size_t got = 0;
     if (offset_ == a_.bytes || !a_.recv->gets()->tryGet(a_.buffer, a_.bytes, &got)) return false;
+    return received(got);
+  }
+
+  // A one-sided transfer (write or read) of `got` bytes is complete.
+  bool received(size_t got) {
     STRATA_REQUIRE(got == a_.bytes, ncclInvalidUsage,
                    "%s: rank %d: rank %d sent %zu bytes where this rank's receive expects %zu (send and receive "
                    "counts or types differ)",
