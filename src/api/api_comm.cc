@@ -188,7 +188,7 @@ STRATA_API ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, nccl
       h->rank = me;
       h->nranks = static_cast<int>(members.size());
       return core::Communicator::fromParent(magic, me, std::move(addrs), opts, &h->abortedBy,
-                                            [comm] { core::throwIfAborted(comm); });
+                                            parent.adoptChild(magic, me), [comm] { core::throwIfAborted(comm); });
     };
     if (!h) {  // NCCL_SPLIT_NOCOLOR: take part in the exchange, get no communicator
       if (core::group::active())
@@ -244,8 +244,8 @@ STRATA_API ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList, 
     for (int r : excluded) salt.push_back(static_cast<uint64_t>(r));
     uint64_t magic = hashBytes(salt.data(), salt.size() * sizeof(uint64_t));
     ncclComm* h = core::newHandle(me, static_cast<int>(addrs.size()), opts);
-    ncclResult_t r = launchInit(h, [h, magic, me, addrs, opts] {
-      return core::Communicator::fromParent(magic, me, addrs, opts, &h->abortedBy);
+    ncclResult_t r = launchInit(h, [h, magic, me, addrs, opts, kin = parent.adoptChild(magic, me)] {
+      return core::Communicator::fromParent(magic, me, addrs, opts, &h->abortedBy, kin);
     });
     if (r != ncclSuccess && r != ncclInProgress) {
       std::string msg = h->initError;

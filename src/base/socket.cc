@@ -121,19 +121,48 @@ int listenOn(SockAddr* addr) {
   return fd;
 }
 
-int connectTo(const SockAddr& addr, const Deadline& deadline) {
+namespace {
+
+// One non-blocking attempt, bounded by the deadline (a blocking connect to a host
+// that drops packets would wait for the kernel's SYN retries, about two minutes).
+// Returns the connected fd (blocking again), or -1 with errno set.
+int connectOnce(const SockAddr& addr, const Deadline& deadline) {
+  int fd = socket(addr.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) failErrno("socket");
+  int e = 0;
+  if (connect(fd, addr.raw(), addr.len) != 0) {
+    e = errno;
+    while (e == EINPROGRESS || e == EINTR) {
+      pollfd p{fd, POLLOUT, 0};
+      int r = poll(&p, 1, deadline.remainingMs(1000));
+      if (r > 0) {
+        socklen_t len = sizeof(e);
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len);
+      } else if (r < 0 ? errno != EINTR : deadline.expired()) {
+        e = ETIMEDOUT;
+      }
+    }
+  }
+  if (e != 0) {
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return fd;
+}
+
+}  // namespace
+
+int connectTo(const SockAddr& addr, const Deadline& deadline, bool retryRefused) {
   int delayMs = 1;
   for (;;) {
-    int fd = socket(addr.family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) failErrno("socket");
-    if (connect(fd, addr.raw(), addr.len) == 0) {
-      int one = 1;
-      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      return fd;
-    }
+    int fd = connectOnce(addr, deadline);
+    if (fd >= 0) return fd;
     int e = errno;
-    close(fd);
-    bool retry = e == ECONNREFUSED || e == ETIMEDOUT || e == EAGAIN || e == ENETUNREACH || e == EINTR;
+    bool retry = (e == ECONNREFUSED && retryRefused) || e == EAGAIN || e == ENETUNREACH || e == EINTR;
     if (!retry || deadline.expired()) {
       errno = e;
       failErrno(("connect to " + addr.str()).c_str());

@@ -43,8 +43,9 @@ bool interfaceMatches(const std::string& spec, const std::string& name);
 
 // A listening socket on addr (port chosen by the kernel); fills in the port.
 int listenOn(SockAddr* addr);
-// Connects to addr, retrying refused connections until the deadline.
-int connectTo(const SockAddr& addr, const Deadline& deadline);
+// Connects to addr within the deadline. A refused connection is retried only when
+// asked: a listener that is known to be up refuses only once its process is gone.
+int connectTo(const SockAddr& addr, const Deadline& deadline, bool retryRefused = true);
 // Full-length send and receive; throw on error, peer close or deadline.
 void sendAll(int fd, const void* data, size_t bytes, const Deadline& deadline);
 void recvAll(int fd, void* data, size_t bytes, const Deadline& deadline);

@@ -1,5 +1,6 @@
 #include "core/bootstrap.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -21,6 +22,7 @@ uint64_t randomMagic() {
   return m ^ static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
 }
 
+// "rank 2" or "ranks 2,3" (at most 16 named).
 std::string describeMissing(const std::vector<bool>& arrived) {
   std::string s;
   int shown = 0;
@@ -31,7 +33,7 @@ std::string describeMissing(const std::vector<bool>& arrived) {
     s += std::to_string(r);
   }
   if (shown > 16) s += format(" and %d more", shown - 16);
-  return s;
+  return (shown == 1 ? "rank " : "ranks ") + s;
 }
 
 // Collects hellos until `expected` ranks have arrived (or the deadline passes).
@@ -52,7 +54,7 @@ void collect(uint64_t magic, Collection* c) {
     try {
       msg = po.receiveAny(&key, deadline);
     } catch (const Error&) {
-      c->error = format("bootstrap timed out after %.0f s: ranks %s never reached the root (STRATA_TIMEOUT)",
+      c->error = format("bootstrap timed out after %.0f s: %s never reached the root (STRATA_TIMEOUT)",
                         config().timeoutSec, describeMissing(c->arrived).c_str());
       return;
     }
@@ -109,6 +111,9 @@ void runRoot(uint64_t magic) {
   std::string reply(1, c.error.empty() ? 'T' : 'E');
   reply += c.error.empty() ? packPeers(c.first, c.table) : c.error;
   if (!c.error.empty()) STRATA_WARN(-1, "Bootstrap root: %s", c.error.c_str());
+  // Ranks in this process last: one that gets an error may end the process, and the root thread with it.
+  SockAddr here = po.address();
+  std::stable_partition(collected.begin(), collected.end(), [&](const PeerInfo& p) { return p.listenAddr < here || here < p.listenAddr; });
   for (const PeerInfo& p : collected) {
     try {
       po.send(p.listenAddr, MsgKey{replyMagic, MsgKind::kRootTable, -1, p.rank, 0}, reply, Deadline(10));
@@ -184,12 +189,27 @@ std::vector<PeerInfo> rendezvous(const std::vector<UniqueIdLayout>& ids, int nra
   HelloHeader h{nranks, 1, mine == 0 ? nranks : count, mine != 0, first.magic, first.root};
   PostOffice& po = PostOffice::instance();
   Deadline deadline(config().timeoutSec);
-  po.send(ids[mine].root, MsgKey{ids[mine].magic, MsgKind::kRootHello, self.rank, -1, 0}, packPeers(h, {self}), deadline);
+  try {
+    po.send(ids[mine].root, MsgKey{ids[mine].magic, MsgKind::kRootHello, self.rank, -1, 0}, packPeers(h, {self}),
+            deadline);
+  } catch (const Error& e) {
+    fail(e.code(), "rank %d: cannot reach the bootstrap root at %s (has the process that called ncclGetUniqueId "
+         "exited?): %s", self.rank, ids[mine].root.str().c_str(), e.what());
+  }
+  // The root's process exiting closes the connection the hello went over: fail then, not at the deadline.
+  WaitCheck rootAlive = [&] {
+    for (int k : {0, mine})
+      if (po.peerGone(ids[k].root))
+        fail(ncclRemoteError, "rank %d: the bootstrap root at %s exited before it answered (the process that "
+             "called ncclGetUniqueId died during init)", self.rank, ids[k].root.str().c_str());
+  };
   std::string reply;
   try {
     // Wait a little longer than the root does, so that its report of missing ranks arrives first.
-    reply = po.receive(MsgKey{first.magic, MsgKind::kRootTable, -1, self.rank, 0}, Deadline(config().timeoutSec + 5));
-  } catch (const Error&) {
+    reply = po.receive(MsgKey{first.magic, MsgKind::kRootTable, -1, self.rank, 0}, Deadline(config().timeoutSec + 5),
+                       rootAlive);
+  } catch (const Error& e) {
+    if (e.code() != ncclSystemError) throw;
     fail(ncclSystemError,
          "rank %d: no answer from the bootstrap root at %s within %.0f s (STRATA_TIMEOUT); the root names the "
          "ranks that did not arrive in its log",
@@ -223,23 +243,45 @@ void Bootstrap::send(int peer, MsgKind kind, uint64_t seq, const std::string& pa
     PostOffice::instance().send(addrs_[peer], MsgKey{magic_, kind, rank_, peer, seq}, payload,
                                 Deadline(config().timeoutSec));
   } catch (const Error& e) {
+    FailureNote note;
+    if (takeFailure(&note, 0.1))  // it gave up (and said why) before it exited
+      fail(ncclRemoteError, "rank %d: could not reach rank %d (%s), after: %s", rank_, peer, e.what(),
+           note.why.c_str());
     fail(e.code(), "rank %d: could not reach rank %d at %s: %s", rank_, peer, addrs_[peer].str().c_str(), e.what());
   }
 }
 
-std::string Bootstrap::recv(int peer, MsgKind kind, uint64_t seq, const WaitCheck& extra) {
+void Bootstrap::checkAlive(int peer) {
+  FailureNote note;  // the rank this one waits for (or one it waits for) gave up, and said why
+  if (takeFailure(&note))
+    fail(ncclRemoteError, "rank %d: stopped waiting for rank %d, after: %s", rank_, peer, note.why.c_str());
+  if (PostOffice::instance().peerGone(addrs_[peer])) {
+    if (takeFailure(&note, 0.1))  // it gave up (and said why) before it exited
+      fail(ncclRemoteError, "rank %d: rank %d exited while this rank waited for it, after: %s", rank_, peer,
+           note.why.c_str());
+    std::string msg = format("rank %d: rank %d (at %s) exited while this rank waited for it: its bootstrap "
+                             "connection closed", rank_, peer, addrs_[peer].str().c_str());
+    tellFailure(msg, peer, 1.0);
+    throw Error(ncclRemoteError, msg);
+  }
+}
+
+std::string Bootstrap::recv(int peer, MsgKind kind, uint64_t seq, const WaitCheck& extra, double graceSec) {
   try {
     WaitCheck check = waitCheck();
-    WaitCheck both = [&] {
+    WaitCheck all = [&] {
       if (check) check();
-      extra();
+      if (extra) extra();
+      checkAlive(peer);
     };
-    return PostOffice::instance().receive(MsgKey{magic_, kind, peer, rank_, seq}, Deadline(config().timeoutSec),
-                                          extra ? both : check);
+    return PostOffice::instance().receive(MsgKey{magic_, kind, peer, rank_, seq},
+                                          Deadline(config().timeoutSec + graceSec), all);
   } catch (const Error& e) {
     if (e.code() != ncclSystemError || strcmp(e.what(), "timed out") != 0) throw;
-    fail(ncclSystemError, "rank %d: rank %d did not answer a bootstrap exchange within %.0f s (STRATA_TIMEOUT)",
-         rank_, peer, config().timeoutSec);
+    std::string msg = format("rank %d: rank %d did not answer a bootstrap exchange within %.0f s (STRATA_TIMEOUT)",
+                             rank_, peer, config().timeoutSec);
+    tellFailure(msg, peer, 1.0);
+    throw Error(ncclSystemError, msg);
   }
 }
 
@@ -249,7 +291,7 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
   if (n == 1) return {mine};
   if (rank_ != 0) {
     send(0, MsgKind::kGather, seq, mine);
-    return unpackBlobs(recv(0, MsgKind::kScatter, seq));
+    return unpackBlobs(recv(0, MsgKind::kScatter, seq, {}, 2.0));
   }
   std::vector<std::string> all(n);
   all[0] = mine;
@@ -258,8 +300,12 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
   arrived[0] = true;
   WaitCheck check = waitCheck();
   for (int r = 1; r < n; ++r) {
+    WaitCheck both = [&] {
+      if (check) check();
+      checkAlive(r);
+    };
     try {
-      all[r] = PostOffice::instance().receive(MsgKey{magic_, MsgKind::kGather, r, 0, seq}, deadline, check);
+      all[r] = PostOffice::instance().receive(MsgKey{magic_, MsgKind::kGather, r, 0, seq}, deadline, both);
       arrived[r] = true;
     } catch (const Error& e) {
       if (strcmp(e.what(), "timed out") != 0) throw;
@@ -270,12 +316,21 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
         } catch (const Error&) {
         }
       }
-      fail(ncclSystemError, "rank 0: ranks %s did not reach a bootstrap all-gather within %.0f s (STRATA_TIMEOUT)",
-           describeMissing(arrived).c_str(), config().timeoutSec);
+      std::string msg = format("rank 0: %s did not reach a bootstrap all-gather within %.0f s (STRATA_TIMEOUT)",
+                               describeMissing(arrived).c_str(), config().timeoutSec);
+      tellFailure(msg, r, 1.0);
+      throw Error(ncclSystemError, msg);
     }
   }
   std::string packed = packBlobs(all);
-  for (int r = 1; r < n; ++r) send(r, MsgKind::kScatter, seq, packed);
+  for (int r = 1; r < n; ++r) {
+    try {
+      send(r, MsgKind::kScatter, seq, packed);
+    } catch (const Error& e) {  // the ranks still waiting for their answer learn why it will not come
+      tellFailure(e.what(), r, 1.0);
+      throw;
+    }
+  }
   return all;
 }
 

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -61,7 +62,31 @@ class Bootstrap {
 
   void send(int peer, MsgKind kind, uint64_t seq, const std::string& payload);
   // `extra` is consulted too while waiting (a stopped communicator opens no links).
-  std::string recv(int peer, MsgKind kind, uint64_t seq, const WaitCheck& extra = {});
+  // `graceSec` is added to STRATA_TIMEOUT (a rank waiting for a hub lets the hub time out first and say why).
+  std::string recv(int peer, MsgKind kind, uint64_t seq, const WaitCheck& extra = {}, double graceSec = 0);
+  // Failure reports (bootstrap_failure.cc). Tells every other rank (but `skip`) why
+  // this rank fails an operation, and which rank it was waiting for (-1: none), best
+  // effort within `budgetSec` in all: a rank that sees this one give up can say why.
+  void tellFailure(const std::string& why, int skip, double budgetSec, int waitingFor = -1);
+  struct FailureNote {
+    int from = -1;        // the reporting rank (of this communicator, or of a kin)
+    int waitingFor = -1;  // whom it was waiting for when it gave up
+    std::string why;
+  };
+  // A report on this communicator or a parent or child of it; false when none came.
+  // (A rank that gave up on a child says why to the ranks waiting for it on the parent.)
+  // Waits up to `waitSec` for one (its post office files a report just after acknowledging it).
+  bool takeFailure(FailureNote* note, double waitSec = 0);
+  // After this rank timed out waiting for `peer`: follows, through the other ranks'
+  // reports for up to `windowSec`, who waits for whom, and names the end of the chain
+  // ("rank 3, which waits for rank 2, which sent no report"), or the cycle.
+  std::string describeWait(int peer, double windowSec);
+  struct Kin {
+    uint64_t magic;
+    int rank;
+  };
+  void addKin(const Kin& k);  // this rank is `k.rank` of the parent or child communicator `k.magic`
+  std::vector<Kin> kin() const;
   // Every rank's blob, by rank. Collective: all ranks call it in the same order.
   std::vector<std::string> allGather(const std::string& mine);
   void barrier() { allGather(std::string()); }
@@ -79,10 +104,13 @@ class Bootstrap {
   int rank_;
   std::vector<SockAddr> addrs_;
   WaitCheck waitCheck() const;  // check_ plus the stop signal, for one wait
+  void checkAlive(int peer);  // throws once peer's process exited or another rank reported a failure
   WaitCheck check_;
   const std::atomic<uint64_t>* stopEpoch_ = nullptr;
   std::function<std::string()> stopWhy_;
   uint64_t collectiveSeq_ = 0;
+  mutable std::mutex kinMutex_;
+  std::vector<Kin> kin_;  // the most recent kStoredKin
 };
 
 // Length-prefixed packing of a list of blobs.

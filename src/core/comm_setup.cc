@@ -120,7 +120,7 @@ std::unique_ptr<Communicator> Communicator::fromRoot(const std::vector<UniqueIdL
 
 std::unique_ptr<Communicator> Communicator::fromParent(uint64_t magic, int rank, std::vector<SockAddr> addrs,
                                                        const CommOptions& opts, const AbortSignal* aborted,
-                                                       WaitCheck parentCheck) {
+                                                       std::vector<Bootstrap::Kin> kin, WaitCheck parentCheck) {
   std::unique_ptr<Communicator> comm(new Communicator());
   PeerInfo self = describeSelf(rank, opts, &comm->bell_);
   WaitCheck own = abortCheck(aborted, rank);
@@ -129,6 +129,7 @@ std::unique_ptr<Communicator> Communicator::fromParent(uint64_t magic, int rank,
     if (parentCheck) parentCheck();
   };
   auto bootstrap = std::make_unique<Bootstrap>(magic, rank, std::move(addrs), during);
+  for (const Bootstrap::Kin& k : kin) bootstrap->addKin(k);
   std::string mine(reinterpret_cast<const char*>(&self), sizeof(self));
   std::vector<PeerInfo> peers;
   for (const std::string& blob : bootstrap->allGather(mine)) {
@@ -140,6 +141,13 @@ std::unique_ptr<Communicator> Communicator::fromParent(uint64_t magic, int rank,
   comm->setup(std::move(peers), std::move(bootstrap), opts);
   comm->bootstrap_->setCheck({});  // from now on stop() ends its waits; the parent may go away
   return comm;
+}
+
+std::vector<Bootstrap::Kin> Communicator::adoptChild(uint64_t childMagic, int childRank) {
+  bootstrap_->addKin({childMagic, childRank});
+  std::vector<Bootstrap::Kin> kin = bootstrap_->kin();
+  kin.back() = {magic(), rank()};  // the child's kin: this communicator and its other kin, not the child itself
+  return kin;
 }
 
 void Communicator::setup(std::vector<PeerInfo> peers, std::unique_ptr<Bootstrap> bootstrap, const CommOptions& opts) {

@@ -47,10 +47,13 @@ class Communicator {
                                                 const CommOptions& opts, const AbortSignal* aborted);
   // A child of an existing communicator (split, shrink): members reached through
   // the listener addresses the parent already knows. `parentCheck` is consulted
-  // only while the child initialises (the parent's abort).
+  // only while the child initialises (the parent's abort). `kin`: the parent and
+  // its own kin, whose failure reports the child's waits read too.
   static std::unique_ptr<Communicator> fromParent(uint64_t magic, int rank, std::vector<SockAddr> addrs,
                                                   const CommOptions& opts, const AbortSignal* aborted,
-                                                  WaitCheck parentCheck = {});
+                                                  std::vector<Bootstrap::Kin> kin, WaitCheck parentCheck = {});
+  // The kin a child of this communicator gets, after recording the child (magic, rank) as kin of this one.
+  std::vector<Bootstrap::Kin> adoptChild(uint64_t childMagic, int childRank);
   ~Communicator();
 
   int rank() const { return layout_.rank; }

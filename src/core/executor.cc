@@ -157,8 +157,10 @@ void Executor::checkStopped() {
   for (auto& [key, lane] : lanes_) {
     if (lane.idle() || !lane.comm->abortRequested()) continue;
     const algorithms::Task& t = *lane.tasks[lane.head];
-    failAll(ncclInvalidUsage, format("%s: rank %d: the communicator was aborted: %s", t.fn(), lane.comm->rank(),
-                                     lane.comm->stopReason().c_str()));
+    failAll(ncclInvalidUsage,
+            format("%s: rank %d: the communicator was aborted: %s", t.fn(), lane.comm->rank(),
+                   lane.comm->stopReason().c_str()),
+            Cause::kStopped);
   }
 }
 
@@ -169,26 +171,52 @@ void Executor::checkHealth(double idleSec) {
     Communicator& comm = *lane.comm;
     const algorithms::Task& t = *lane.tasks[lane.head];
     int peer = t.waitingOn();
-    if (t.peerAborted())
-      failAll(ncclRemoteError, format("%s: rank %d: rank %d stopped the operation (it failed, was aborted, or "
-                                      "saw another rank fail)",
-                                      t.fn(), comm.rank(), peer));
+    if (t.peerAborted()) {
+      // Whoever failed first told every rank why before it stopped (failAll).
+      Bootstrap::FailureNote note;
+      if (comm.bootstrap().takeFailure(&note, 0.1))
+        failAll(ncclRemoteError, format("%s: rank %d: rank %d stopped the operation, after: %s", t.fn(), comm.rank(),
+                                        peer, note.why.c_str()),
+                Cause::kTold);
+      failAll(ncclRemoteError,
+              format("%s: rank %d: rank %d stopped the operation (it failed, was aborted, or exited)", t.fn(),
+                     comm.rank(), peer),
+              Cause::kHere, peer);
+    }
     // A peer process that died is found by its pid only where the connection cannot
     // tell: shared memory. A socket reports the exit as its end of stream, and the
     // dead peer's kernel may still be delivering what it sent.
     if (peer >= 0 && !transport::selectTransport(comm.peer(comm.rank()), comm.peer(peer)).peerAlive(comm.peer(peer))) {
       // Whatever it stored before exiting is there now, maybe since the last sweep: take it before judging.
       if (sweepOrFail()) return;
-      failAll(ncclRemoteError, format("%s: rank %d: rank %d (pid %d) exited while this rank waited for it", t.fn(),
-                                      comm.rank(), peer, comm.peer(peer).pid));
+      Bootstrap::FailureNote note;
+      if (comm.bootstrap().takeFailure(&note, 0.1))  // it gave up (and said why) before it exited
+        failAll(ncclRemoteError,
+                format("%s: rank %d: rank %d (pid %d) exited while this rank waited for it, after: %s", t.fn(),
+                       comm.rank(), peer, comm.peer(peer).pid, note.why.c_str()),
+                Cause::kTold);
+      failAll(ncclRemoteError,
+              format("%s: rank %d: rank %d (pid %d) exited while this rank waited for it", t.fn(), comm.rank(), peer,
+                     comm.peer(peer).pid),
+              Cause::kHere, peer);
     }
-    if (idleSec > config().timeoutSec)
-      failAll(ncclSystemError, format("%s: rank %d made no progress for %.0f s waiting for rank %d (STRATA_TIMEOUT)",
-                                      t.fn(), comm.rank(), idleSec, peer));
+    if (idleSec > config().timeoutSec) {
+      // Ranks that wait on each other time out together: each says whom it waits for,
+      // and the chain of reports leads to the one that is silent.
+      std::string msg = format("%s: rank %d made no progress for %.0f s waiting for rank %d (STRATA_TIMEOUT)", t.fn(),
+                               comm.rank(), idleSec, peer);
+      for (auto& [c, plan] : plans_) c->bootstrap().tellFailure(msg, c == &comm ? peer : -1, 1.0, c == &comm ? peer : -1);
+      if (peer >= 0)
+        msg = format("%s: rank %d made no progress for %.0f s waiting for %s (STRATA_TIMEOUT)", t.fn(), comm.rank(),
+                     idleSec, comm.bootstrap().describeWait(peer, 0.3).c_str());
+      failAll(ncclSystemError, msg, Cause::kTold);
+    }
   }
 }
 
-void Executor::failAll(ncclResult_t code, const std::string& msg) {
+void Executor::failAll(ncclResult_t code, const std::string& msg, Cause cause, int culprit) {
+  if (cause == Cause::kHere)  // told before the links close: a peer that sees them close finds the reason waiting
+    for (auto& [comm, plan] : plans_) comm->bootstrap().tellFailure(msg, culprit, 1.0);
   for (auto& [comm, plan] : plans_) {
     comm->abortConnections();
     comm->setAsyncError(code);

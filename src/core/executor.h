@@ -44,7 +44,11 @@ class Executor {
   bool sweepOrFail();  // sweep(), failing every communicator on a protocol error
   void checkHealth(double idleSec);
   void checkStopped();  // fails the group when a communicator of it was stopped (abort, revoke)
-  [[noreturn]] void failAll(ncclResult_t code, const std::string& msg);
+  // Fails every communicator of the group. When the cause is here (not another
+  // rank's report, already told, or a stop on this rank), first tells the other
+  // ranks why, so that ranks which only see this one give up can name the cause.
+  enum class Cause { kHere, kTold, kStopped };
+  [[noreturn]] void failAll(ncclResult_t code, const std::string& msg, Cause cause = Cause::kHere, int culprit = -1);
 
   using LaneId = std::tuple<Communicator*, uint64_t, int>;  // (communicator, lane id, index)
   std::map<LaneId, Lane> lanes_;

@@ -1,11 +1,11 @@
 #include "core/post_office.h"
 
 #include <poll.h>
-#include <sys/socket.h>
-#include <cerrno>
 #include <pthread.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -216,7 +216,9 @@ void PostOffice::send(const SockAddr& to, const MsgKey& key, const std::string& 
   WireHeader h{key.magic, static_cast<uint32_t>(key.kind), key.src, key.dst, key.seq, payload.size()};
   for (int attempt = 0;; ++attempt) {
     auto it = s.outgoing.find(to);
-    if (it == s.outgoing.end()) it = s.outgoing.emplace(to, connectTo(to, deadline)).first;
+    // Every address a rank sends to is a post office that was listening before the
+    // address was handed out (in the unique id or the rendezvous table): refused means gone.
+    if (it == s.outgoing.end()) it = s.outgoing.emplace(to, connectTo(to, deadline, false)).first;
     try {
       sendAll(it->second, &h, sizeof(h), deadline);
       sendAll(it->second, payload.data(), payload.size(), deadline);
@@ -235,6 +237,22 @@ void PostOffice::send(const SockAddr& to, const MsgKey& key, const std::string& 
       if (attempt > 0 || e.code() == ncclInvalidArgument) throw;
     }
   }
+}
+
+bool PostOffice::peerGone(const SockAddr& to) {
+  State& s = state();
+  std::unique_lock<std::mutex> lock(s.sendMutex, std::try_to_lock);
+  if (!lock.owns_lock()) return false;  // a send is under way: it will find out itself
+  auto it = s.outgoing.find(to);
+  if (it == s.outgoing.end()) return false;
+  // Nothing arrives on a connection between a send's acknowledgements: anything
+  // readable now is its end (the process exited and its kernel closed the socket).
+  pollfd p{it->second, POLLIN | POLLRDHUP, 0};
+  if (poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLHUP | POLLERR | POLLRDHUP)) return true;
+  char c;
+  ssize_t n = recv(it->second, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
 std::string PostOffice::receive(const MsgKey& key, const Deadline& deadline, const WaitCheck& check) {
@@ -258,6 +276,20 @@ std::string PostOffice::receive(const MsgKey& key, const Deadline& deadline, con
     // thread must end this wait well within 100 ms.
     s.arrived.wait_for(lock, std::chrono::milliseconds(deadline.remainingMs(check ? 20 : 100)));
   }
+}
+
+bool PostOffice::tryTake(uint64_t magic, MsgKind kind, int dst, std::string* msg, int* src) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  for (auto it = s.mailbox.begin(); it != s.mailbox.end(); ++it) {
+    if (it->first.magic != magic || it->first.kind != kind || it->first.dst != dst || it->second.empty()) continue;
+    *msg = std::move(it->second.front());
+    if (src) *src = it->first.src;
+    it->second.pop_front();
+    if (it->second.empty()) s.mailbox.erase(it);
+    return true;
+  }
+  return false;
 }
 
 std::string PostOffice::receiveAny(MsgKey* key, const Deadline& deadline) {

@@ -19,6 +19,7 @@ enum class MsgKind : uint32_t {
   kScatter = 4,    // hub -> rank in an all-gather
   kConnect = 5,    // receiver -> sender: a transport handle
   kRegion = 6,     // region owner -> the peer that maps it: a region handle
+  kFailure = 7,    // a rank that failed an operation -> every other rank: why
 };
 
 // Ranks of one communicator may share a process (and so a mailbox): the key names both ends.
@@ -47,8 +48,13 @@ class PostOffice {
 
   // Delivers a message; throws if the peer refuses it or cannot be reached.
   void send(const SockAddr& to, const MsgKey& key, const std::string& payload, const Deadline& deadline);
+  // True once the connection this process keeps to `to` was closed by the other
+  // end (its process exited); false while it is open or none was made.
+  bool peerGone(const SockAddr& to);
   // Waits for the message with exactly this key.
   std::string receive(const MsgKey& key, const Deadline& deadline, const WaitCheck& check = {});
+  // Takes a queued message of this magic and kind for `dst` from any sender, without waiting.
+  bool tryTake(uint64_t magic, MsgKind kind, int dst, std::string* msg, int* src = nullptr);
   // Waits for any message of this magic and kind; fills in the key.
   std::string receiveAny(MsgKey* key, const Deadline& deadline);
   // Drops queued messages addressed to one rank of a communicator that rank left.
