@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what building and testing Strata needs on Debian 12, only if missing.
 set -euo pipefail
-packages=(cmake g++ ninja-build pkg-config libgtest-dev openmpi-bin libopenmpi-dev libhwloc-dev libibverbs-dev iproute2
+packages=(cmake g++ ninja-build pkg-config libgtest-dev openmpi-bin libopenmpi-dev libhwloc-dev libibverbs-dev iproute2 nftables
   clang libfuzzer-14-dev)
 missing=()
 for p in "${packages[@]}"; do

@@ -89,7 +89,10 @@ std::string defaultCulprit(const ChaosCase& c) {
 }
 
 // Whether msg names `culprit` ("rank 2", or "root"): as "rank 2" (not "rank 21"), or in a list "ranks 1,2,3".
+// "rank 2|rank 3": either.
 bool names(const std::string& msg, const std::string& culprit) {
+  if (size_t bar = culprit.find('|'); bar != std::string::npos)
+    return names(msg, culprit.substr(0, bar)) || names(msg, culprit.substr(bar + 1));
   if (culprit.rfind("rank ", 0) != 0) return msg.find(culprit) != std::string::npos;
   std::string num = culprit.substr(5);
   static const std::regex list("ranks? ([0-9]+(,[0-9]+)*)");
