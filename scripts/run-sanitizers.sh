@@ -2,7 +2,9 @@
 # The sanitizer and fuzzing stages of the test suite (scripts/run-tests.sh runs them
 # after the main suite; STRATA_SANITIZERS=0 there skips them). Stages, in their own
 # trees (build-<stage>), each building only what it runs:
-#   asan, ubsan  the unit suite, the transport conformance suite and the lifetime tests
+#   asan, ubsan  the unit suite, the transport conformance suite, the lifetime tests, and
+#                a short random stress (STRATA_STRESS_OPS=300: every collective, type and op,
+#                algorithms forced at random, threads, processes and fake nodes, 4 and 8 ranks)
 #   tsan         the same without forked processes (TSan does not follow fork) or simulated GPUs
 #   fuzz         every libFuzzer target for STRATA_FUZZ_SECONDS (default 60) each, with
 #                ASan and UBSan, from its seed corpus (tests/fuzz/corpus)
@@ -11,21 +13,25 @@ set -euo pipefail
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 cd "$(dirname "$0")/.."
 stages=${STRATA_SANITIZER_STAGES:-asan ubsan tsan fuzz}
-targets=(unit_tests core_tests task_tests topology_tests transport_conformance lifetime_test)
+targets=(unit_tests core_tests task_tests topology_tests transport_conformance lifetime_test stress_test)
+fuzz_targets=$(sed -n 's/^  \(fuzz_[a-z_]*\):.*/\1/p' tests/fuzz/CMakeLists.txt)
 for stage in $stages; do
   start=$SECONDS
   echo "== stage $stage"
   cmake --preset "$stage" >/dev/null
   if [ "$stage" = fuzz ]; then
-    cmake --build build-fuzz -j "$(nproc)" --target fuzz_topology_xml fuzz_environment fuzz_unique_id fuzz_peer_table
+    # shellcheck disable=SC2086
+    cmake --build build-fuzz -j "$(nproc)" --target $fuzz_targets
     (cd build-fuzz && ctest -L fuzz -j "$(nproc)" --output-on-failure)
   else
     cmake --build "build-$stage" -j "$(nproc)" --target "${targets[@]}"
     skip='^abi_|^dropin_'  # header and ABI checks: compiled in the main suite, nothing to sanitize
     # TSan: no forked processes, and no simulated GPUs (their fixed address range is TSan's shadow memory)
-    [ "$stage" = tsan ] && skip="$skip|/shm|/socket|processes|Processes|cuda_ipc|\\.sim"
+    [ "$stage" = tsan ] && skip="$skip|/shm|/socket|processes|Processes|fakenodes|cuda_ipc|\\.sim"
     (cd "build-$stage" && ctest -j "$(nproc)" --output-on-failure --timeout 900 -L 'unit|transport' -E "$skip")
     (cd "build-$stage" && ctest -j "$(nproc)" --output-on-failure --timeout 900 -R Lifetime -E "$skip")
+    (cd "build-$stage" && STRATA_STRESS=1 STRATA_STRESS_OPS=300 STRATA_STRESS_EPOCH_OPS=100 \
+      ctest -j 1 --output-on-failure --timeout 900 -L stress -E "$skip")
   fi
   echo "== stage $stage: $((SECONDS - start)) s"
 done

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -266,6 +267,22 @@ std::vector<sockaddr_storage> listeningEndpoints() {
   return out;
 }
 
+size_t openDescriptors() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+// What each descriptor is (for a failure message): "3 -> socket:[1234]" ...
+std::string describeDescriptors() {
+  std::string out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    out += e.path().filename().string() + " -> " + std::filesystem::read_symlink(e.path(), ec).string() + "\n";
+  }
+  return out;
+}
+
 int connectTo(const sockaddr_storage& a) {
   int fd = socket(a.ss_family, SOCK_STREAM, 0);
   socklen_t len = a.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
@@ -306,7 +323,9 @@ std::string initPairAcrossProcesses() {
 // Strangers on every port this process listens on (its post office, and the socket
 // transport's data listener: ranks here talk over TCP) - half a header and silence,
 // a header that claims a 1 GiB message and nothing after it, garbage, an idle
-// connection - neither delay nor break init and an all-reduce across processes.
+// connection, the data port's magic with a token nobody issued, a port scan -
+// neither delay nor break init and an all-reduce across processes, and leave nothing
+// behind once gone (a hello with an unknown token used to keep its descriptor forever).
 // Before both read without blocking, a half-header held up every bootstrap message
 // to this process for STRATA_TIMEOUT, and each silent connection to the data port
 // cost a connecting rank 5 s.
@@ -315,6 +334,8 @@ TEST(Api, StrangersOnTheListeningPortsDoNotDelayInit) {
   setenv("NCCL_SHM_DISABLE", "1", 1);
   reloadEnvironment();
   ASSERT_EQ(initPairAcrossProcesses(), "");  // starts the post office and the data listener
+  size_t fdsAfterFirst = openDescriptors();
+  std::string fdsFirstList = describeDescriptors();
   std::vector<sockaddr_storage> ports = listeningEndpoints();
   std::vector<int> strangers;
   for (const sockaddr_storage& port : ports) {
@@ -333,18 +354,36 @@ TEST(Api, StrangersOnTheListeningPortsDoNotDelayInit) {
       strangers.push_back(fd);
     }
     if (int fd = connectTo(port); fd >= 0) strangers.push_back(fd);  // idle
+    if (int fd = connectTo(port); fd >= 0) {  // the data port's magic, a token nobody issued, a body of junk
+      uint64_t hello[4] = {0x53545241544b3031ull, 0xdeadbeefcafeull, 0x100000000ull, 0};
+      send(fd, hello, sizeof hello, MSG_NOSIGNAL);
+      strangers.push_back(fd);
+    }
+    for (int k = 0; k < 50; ++k)  // a port scan: connect, close
+      if (int fd = connectTo(port); fd >= 0) close(fd);
   }
   auto start = std::chrono::steady_clock::now();
   std::string err = initPairAcrossProcesses();
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (int fd : strangers) close(fd);
+  // Nothing of theirs is kept: once they have gone and the next ranks are done, this
+  // process holds as many descriptors as after the first pair (the listeners, the
+  // post office's connections to its peers).
+  std::string again = initPairAcrossProcesses();
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);  // the post office closes its ends as it reads
+  while (openDescriptors() > fdsAfterFirst && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  size_t fdsAtEnd = openDescriptors();
   unsetenv("STRATA_TIMEOUT");
   unsetenv("NCCL_SHM_DISABLE");
   reloadEnvironment();
   EXPECT_EQ(err, "");
+  EXPECT_EQ(again, "");
   EXPECT_GE(ports.size(), 2u) << "the post office and the data listener";
-  ASSERT_EQ(strangers.size(), 4 * ports.size()) << "not every stranger got in";
+  ASSERT_EQ(strangers.size(), 5 * ports.size()) << "not every stranger got in";
   EXPECT_LT(seconds, 1.0) << strangers.size() << " stranger connections on " << ports.size() << " listening ports";
+  EXPECT_LE(fdsAtEnd, fdsAfterFirst) << "descriptors of strangers kept; after the first pair:\n"
+                                      << fdsFirstList << "now:\n" << describeDescriptors();
 }
 
 TEST(Api, BootstrapTimeoutNamesMissingRanks) {

@@ -59,14 +59,6 @@ bool needsPolling() {
   return false;
 }
 
-std::unique_ptr<RecvConnection> Transport::listen(const ConnectRequest&, std::string*) {
-  fail(ncclInvalidUsage, "transport %s has no two-sided slots (it offers regions only)", name());
-}
-
-std::unique_ptr<SendConnection> Transport::connect(const ConnectRequest&, const std::string&) {
-  fail(ncclInvalidUsage, "transport %s has no two-sided slots (it offers regions only)", name());
-}
-
 Transport& selectTransport(const PeerInfo& self, const PeerInfo& peer, uint32_t required) {
   for (Transport* t : transports())
     if (t->has(required) && t->canConnect(self, peer)) return *t;

@@ -79,7 +79,19 @@ size_t parseSize(const char* s) {
   return static_cast<size_t>(v);
 }
 
+size_t nextSize(const Args& a, size_t bytes) {
+  if (a.stepFactor > 1) {
+    double next = static_cast<double>(bytes) * a.stepFactor;
+    if (next > static_cast<double>(a.maxBytes)) return 0;
+    size_t n = static_cast<size_t>(next);
+    return n > bytes ? n : (bytes < a.maxBytes ? bytes + 1 : 0);  // 1 x 1.5 is still 1: move on anyway
+  }
+  if (a.stepBytes == 0 || bytes > a.maxBytes || a.maxBytes - bytes < a.stepBytes) return 0;
+  return bytes + a.stepBytes;
+}
+
 int parseArgs(int argc, char** argv, Args* a) {
+  optind = 0;  // getopt's full reset: parsing twice in one process (a fuzzer, a test) starts afresh
   static option longOpts[] = {
       {"nthreads", required_argument, nullptr, 't'},   {"ngpus", required_argument, nullptr, 'g'},
       {"minbytes", required_argument, nullptr, 'b'},   {"maxbytes", required_argument, nullptr, 'e'},

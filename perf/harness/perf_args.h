@@ -34,6 +34,10 @@ struct Args {
 // Parses argv; returns -1 to continue, else the exit code (0 for -h, 255 for bad values).
 int parseArgs(int argc, char** argv, Args* args);
 
+// The sweep's size after `bytes`: larger by -f (a factor above 1) or else by -i,
+// always by at least one byte; 0 once past -e (or at once when -i is 0 and -f is 1).
+size_t nextSize(const Args& a, size_t bytes);
+
 // "1K" -> 1024 (K, M, G binary; fractions allowed), 0 on a bad value.
 size_t parseSize(const char* s);
 

@@ -330,8 +330,7 @@ void Runner::threadMain(int t, const ncclUniqueId& id) {
       size_t es = dtypeSize(type);
       for (ncclRedOp_t op : ops) {
         for (int root : roots) {
-          for (size_t bytes = args_.minBytes; bytes <= args_.maxBytes;
-               bytes = args_.stepFactor > 1 ? static_cast<size_t>(bytes * args_.stepFactor) : bytes + args_.stepBytes) {
+          for (size_t bytes = args_.minBytes; bytes != 0; bytes = nextSize(args_, bytes)) {
             Case c{type, op, root < 0 ? 0 : root, coll_.counts(bytes, es, nranks_), false};
             if (args_.mpiBackend && !mpiUnsupported(kind_, type, op, false, world_.mpi()).empty()) {
               if (first && bytes == args_.minBytes)
@@ -375,7 +374,6 @@ void Runner::threadMain(int t, const ncclUniqueId& id) {
               fflush(stdout);
             }
             if (gExit.load() != 0) break;
-            if (args_.stepFactor <= 1 && args_.stepBytes == 0) break;
           }
         }
       }

@@ -17,6 +17,9 @@ class Doorbell {
   static std::shared_ptr<Doorbell> create();
   // The doorbell with this name, mapped once per process.
   static std::shared_ptr<Doorbell> attach(const std::string& name);
+  ~Doorbell();  // and its entry in the process's registry
+  Doorbell(const Doorbell&) = delete;
+  Doorbell& operator=(const Doorbell&) = delete;
 
   const std::string& name() const { return segment_.name(); }
   // Wakes the doorbell's sleepers, if any, after the caller published its work.

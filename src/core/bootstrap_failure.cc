@@ -2,6 +2,7 @@
 // on an operation tells the others why (MsgKind::kFailure), before its links
 // close, so that ranks which only see it stop can name the real cause; and ranks
 // that time out together follow each other's reports to the one that is silent.
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -16,6 +17,7 @@ namespace strata::core {
 namespace {
 
 constexpr size_t kStoredKin = 64;  // a job that splits without end keeps the most recent
+constexpr double kPerPeerSec = 0.25;
 
 std::string packNote(int waitingFor, const std::string& why) {
   int32_t w = waitingFor;
@@ -38,8 +40,11 @@ void Bootstrap::tellFailure(const std::string& why, int skip, double budgetSec, 
   std::string payload = packNote(waitingFor, why);
   for (int r = 0; r < size() && !deadline.expired(); ++r) {
     if (r == rank_ || r == skip) continue;
+    // A live post office acknowledges within milliseconds (its own thread does); a
+    // stopped process, or one behind a dead link, never does: it gets a quarter second.
+    Deadline one(std::min(kPerPeerSec, deadline.remainingMs(1000000) / 1000.0));
     try {
-      PostOffice::instance().send(addrs_[r], MsgKey{magic_, MsgKind::kFailure, rank_, r, 0}, payload, deadline);
+      PostOffice::instance().send(addrs_[r], MsgKey{magic_, MsgKind::kFailure, rank_, r, 0}, payload, one);
     } catch (const Error& e) {  // gone or silent: it has its own way to find out
       STRATA_INFO(kSubsysBootstrap, rank_, "could not tell rank %d why this rank failed: %s", r, e.what());
     }

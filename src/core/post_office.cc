@@ -19,37 +19,17 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "core/wire.h"
 
 namespace strata::core {
 namespace {
 
-struct WireHeader {
-  uint64_t magic;
-  uint32_t kind;
-  int32_t src;
-  int32_t dst;
-  uint64_t seq;
-  uint64_t length;
-};
-
-constexpr uint64_t kMaxPayload = 1ull << 30;
 
 }  // namespace
 
 bool MsgKey::operator<(const MsgKey& o) const {
   return std::tie(magic, kind, src, dst, seq) < std::tie(o.magic, o.kind, o.src, o.dst, o.seq);
 }
-
-// One connection's message in the making: the serve thread reads whatever has
-// arrived on every connection without blocking, so a connection that stops in
-// the middle of a message (a stranger, a crashed or stopped rank) holds up no
-// other; it is closed once idle that long for STRATA_TIMEOUT.
-struct Inbox {
-  WireHeader h{};
-  size_t headerGot = 0;
-  std::string payload;  // grows as bytes arrive: a length claimed is not allocated up front
-  double lastByte = 0;
-};
 
 struct PostOffice::State {
   std::mutex mutex;
@@ -65,7 +45,8 @@ struct PostOffice::State {
 
   void start();
   void serve();
-  bool deliver(int fd, Inbox& in);
+  bool deliver(int fd, FrameReader& in);
+  void pruneClosed();  // with sendMutex held
 };
 
 namespace {
@@ -104,37 +85,25 @@ void PostOffice::State::start() {
 namespace {
 
 // Reads what is there; false when the connection is finished (closed, reset, or
-// sent something no rank sends). `complete` is set once a whole message is in.
-bool readSome(int fd, Inbox& in, bool* complete) {
-  *complete = false;
-  for (;;) {
-    ssize_t n;
-    if (in.headerGot < sizeof(in.h)) {
-      n = recv(fd, reinterpret_cast<char*>(&in.h) + in.headerGot, sizeof(in.h) - in.headerGot, 0);
-      if (n > 0) in.headerGot += static_cast<size_t>(n);
-    } else {
-      if (in.h.length > kMaxPayload) return false;
-      size_t got = in.payload.size();
-      if (got == in.h.length) {
-        *complete = true;
-        return true;
-      }
-      size_t want = std::min<uint64_t>(in.h.length - got, 1 << 20);
-      in.payload.resize(got + want);
-      n = recv(fd, in.payload.data() + got, want, 0);
-      in.payload.resize(got + (n > 0 ? static_cast<size_t>(n) : 0));
-    }
+// sent something no rank sends). Stops at the end of a complete message.
+bool readSome(int fd, FrameReader& in) {
+  while (!in.complete()) {
+    auto [at, room] = in.space();
+    if (!at) return false;
+    ssize_t n = recv(fd, at, room, 0);
     if (n == 0) return false;
     if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+    in.commit(static_cast<size_t>(n));
     in.lastByte = nowSec();
   }
+  return true;
 }
 
 }  // namespace
 
 // Accepts connections and files every complete message under its key.
 void PostOffice::State::serve() {
-  std::map<int, Inbox> conns;
+  std::map<int, FrameReader> conns;
   for (;;) {
     std::vector<pollfd> fds{{listenFd, POLLIN, 0}};
     for (auto& [c, in] : conns) fds.push_back({c, POLLIN, 0});
@@ -146,18 +115,16 @@ void PostOffice::State::serve() {
     double now = nowSec();
     for (size_t i = 1; i < fds.size(); ++i) {
       int c = fds[i].fd;
-      Inbox& in = conns[c];
+      FrameReader& in = conns[c];
       bool open = true;
       if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
-        bool complete = false;
-        open = readSome(c, in, &complete);
-        if (open && complete) {
+        open = readSome(c, in);
+        if (open && in.complete()) {
           open = deliver(c, in);
-          in = Inbox{};
           in.lastByte = now;
         }
       }
-      bool stalled = (in.headerGot > 0) && now - in.lastByte > config().timeoutSec;  // mid-message, silent
+      bool stalled = in.started() && now - in.lastByte > config().timeoutSec;  // mid-message, silent
       if (!open || stalled) {
         close(c);
         conns.erase(c);
@@ -167,8 +134,8 @@ void PostOffice::State::serve() {
 }
 
 // Acknowledges and files one complete message; false when the connection should close.
-bool PostOffice::State::deliver(int fd, Inbox& in) {
-  const WireHeader& h = in.h;
+bool PostOffice::State::deliver(int fd, FrameReader& in) {
+  const WireHeader& h = in.header();
   MsgKey key{h.magic, static_cast<MsgKind>(h.kind), h.src, h.dst, h.seq};
   char ack;
   {
@@ -182,11 +149,12 @@ bool PostOffice::State::deliver(int fd, Inbox& in) {
   if (!ack) {
     STRATA_WARN(-1, "Bootstrap: refused a rank whose unique id magic %016llx is not one this process issued",
                 static_cast<unsigned long long>(key.magic));
+    in.takePayload();  // dropped; the reader starts over
     return true;
   }
   {
     std::lock_guard<std::mutex> lock(mutex);
-    mailbox[key].push_back(std::move(in.payload));
+    mailbox[key].push_back(in.takePayload());
   }
   arrived.notify_all();
   return true;
@@ -213,6 +181,7 @@ void PostOffice::closeRoot(uint64_t magic) {
 void PostOffice::send(const SockAddr& to, const MsgKey& key, const std::string& payload, const Deadline& deadline) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.sendMutex);
+  s.pruneClosed();
   WireHeader h{key.magic, static_cast<uint32_t>(key.kind), key.src, key.dst, key.seq, payload.size()};
   for (int attempt = 0;; ++attempt) {
     auto it = s.outgoing.find(to);
@@ -239,20 +208,40 @@ void PostOffice::send(const SockAddr& to, const MsgKey& key, const std::string& 
   }
 }
 
+namespace {
+
+// Nothing arrives on a cached connection between a send's acknowledgements: anything
+// readable now is its end (the process exited and its kernel closed the socket).
+bool closedByPeer(int fd) {
+  pollfd p{fd, POLLIN | POLLRDHUP, 0};
+  if (poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLHUP | POLLERR | POLLRDHUP)) return true;
+  char c;
+  ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+}  // namespace
+
 bool PostOffice::peerGone(const SockAddr& to) {
   State& s = state();
   std::unique_lock<std::mutex> lock(s.sendMutex, std::try_to_lock);
   if (!lock.owns_lock()) return false;  // a send is under way: it will find out itself
   auto it = s.outgoing.find(to);
-  if (it == s.outgoing.end()) return false;
-  // Nothing arrives on a connection between a send's acknowledgements: anything
-  // readable now is its end (the process exited and its kernel closed the socket).
-  pollfd p{it->second, POLLIN | POLLRDHUP, 0};
-  if (poll(&p, 1, 0) <= 0) return false;
-  if (p.revents & (POLLHUP | POLLERR | POLLRDHUP)) return true;
-  char c;
-  ssize_t n = recv(it->second, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+  return it != s.outgoing.end() && closedByPeer(it->second);
+}
+
+// Connections to processes that have exited (peers come and go over a long job):
+// closed at the next send, so the cache holds no more than the live peers.
+void PostOffice::State::pruneClosed() {
+  for (auto it = outgoing.begin(); it != outgoing.end();) {
+    if (!closedByPeer(it->second)) {
+      ++it;
+      continue;
+    }
+    close(it->second);
+    it = outgoing.erase(it);
+  }
 }
 
 std::string PostOffice::receive(const MsgKey& key, const Deadline& deadline, const WaitCheck& check) {

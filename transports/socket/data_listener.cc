@@ -35,6 +35,26 @@ DataListener::DataListener(const SockAddr& ip) : addr_(ip) {
   STRATA_INFO(kSubsysNet, -1, "socket transport: listening for data streams on %s", addr_.str().c_str());
 }
 
+uint64_t DataListener::newToken() {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t t = nextToken_++;
+  open_.insert(t);
+  return t;
+}
+
+void DataListener::forget(uint64_t token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  open_.erase(token);
+  for (auto it = ready_.begin(); it != ready_.end();) {
+    if (it->first.first != token) {
+      ++it;
+      continue;
+    }
+    close(it->second);
+    it = ready_.erase(it);
+  }
+}
+
 int DataListener::tryTake(uint64_t token, uint32_t stream) {
   std::lock_guard<std::mutex> lock(mu_);
   acceptPending();
@@ -68,7 +88,10 @@ void DataListener::readHellos() {
     bool waiting = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
     const char* drop = nullptr;
     if (p.got == sizeof(p.hello)) {
-      if (p.hello.magic != kHelloMagic) drop = "did not start with Strata's hello";
+      if (p.hello.magic != kHelloMagic)
+        drop = "did not start with Strata's hello";
+      else if (!open_.count(p.hello.token))  // a stranger's guess, or a connection that is gone
+        drop = "presented a token no connection here is waiting for";
     } else if (n == 0 || (n < 0 && !waiting)) {
       drop = "closed before its hello";
     } else if (now - p.since > 5.0) {

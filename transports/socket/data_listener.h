@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
 #include <utility>
 
 #include "base/socket.h"
@@ -27,7 +28,10 @@ class DataListener {
   // The listener for this process, bound to `ip` (port chosen by the kernel) on first use.
   static DataListener& instance(const SockAddr& ip);
   SockAddr address() const { return addr_; }
-  uint64_t newToken() { return nextToken_.fetch_add(1); }
+  // A token for a new receiving connection; its streams are filed until forget().
+  uint64_t newToken();
+  // The connection is gone: closes its streams not yet taken, and drops any that come later.
+  void forget(uint64_t token);
   // The stream `stream` of connection `token` if it has arrived, else -1. Never
   // blocks: it accepts whatever streams are pending and files them.
   int tryTake(uint64_t token, uint32_t stream);
@@ -47,8 +51,9 @@ class DataListener {
 
   int fd_ = -1;
   SockAddr addr_;
-  std::atomic<uint64_t> nextToken_{1};
+  uint64_t nextToken_ = 1;
   std::mutex mu_;
+  std::set<uint64_t> open_;  // tokens of live receiving connections: a hello with any other is dropped
   std::map<std::pair<uint64_t, uint32_t>, int> ready_;
   std::map<int, Pending> pending_;
 };

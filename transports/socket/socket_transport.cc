@@ -192,6 +192,7 @@ class SocketRecv final : public RecvConnection, public SocketConnection {
  public:
   SocketRecv(const ConnectRequest& req, DataListener& listener, uint64_t token, uint32_t streams)
       : SocketConnection(req, streams), listener_(listener), token_(token) {}
+  ~SocketRecv() override { listener_.forget(token_); }  // streams its sender opens from now on are dropped
 
   const void* tryData(size_t* bytes) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -320,12 +321,6 @@ class SocketRecv final : public RecvConnection, public SocketConnection {
   uint64_t token_;
 };
 
-struct Handle {
-  SockAddr addr;
-  uint64_t token;
-  uint32_t streams;
-};
-
 }  // namespace
 
 bool networkActive() { return gLiveCount.load(std::memory_order_relaxed) > 0; }
@@ -341,13 +336,14 @@ bool progressNetwork() {
 std::unique_ptr<RecvConnection> SocketTransport::listen(const ConnectRequest& req, std::string* handle) {
   DataListener& listener = DataListener::instance(req.self->listenAddr);
   const Config& cfg = config();
-  Handle h{listener.address(), listener.newToken(), static_cast<uint32_t>(cfg.socketThreads * cfg.socksPerThread)};
+  SocketHandle h{listener.address(), listener.newToken(),
+                 static_cast<uint32_t>(cfg.socketThreads * cfg.socksPerThread)};
   handle->assign(reinterpret_cast<const char*>(&h), sizeof(h));
   return std::make_unique<SocketRecv>(req, listener, h.token, h.streams);
 }
 
 std::unique_ptr<SendConnection> SocketTransport::connect(const ConnectRequest& req, const std::string& handle) {
-  Handle h;
+  SocketHandle h;
   STRATA_REQUIRE(handle.size() == sizeof(h), ncclInternalError, "socket transport: malformed handle from rank %d",
                  req.peer->rank);
   memcpy(static_cast<void*>(&h), handle.data(), sizeof(h));

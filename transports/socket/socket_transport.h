@@ -3,9 +3,18 @@
 // connection, progressed by the ranks' threads (no helper threads).
 #pragma once
 
+#include "base/socket.h"
 #include "transports/transport.h"
 
 namespace strata::transport::socket {
+
+// What a receiving connection sends its sender (the connection handle): where to
+// open the streams, the token to present in each StreamHello, and how many.
+struct SocketHandle {
+  SockAddr addr;
+  uint64_t token;
+  uint32_t streams;
+};
 
 // True while any socket connection exists in this process: waiting ranks must
 // then poll rather than sleep on their doorbell, which a socket does not ring.
