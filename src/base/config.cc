@@ -1,5 +1,7 @@
 #include "base/config.h"
 
+#include "base/conf_file.h"
+
 #include <strings.h>
 
 #include <cstdlib>
@@ -126,7 +128,19 @@ class Parser {
 std::atomic<Config*> gCurrent{nullptr};
 std::mutex gReloadMutex;
 
-Config* parseEnvironment() { return new Config(Config::parse([](const char* n) { return getenv(n); })); }
+// The environment, then NCCL's configuration files for what it does not set.
+Config* parseEnvironment() {
+  const char* confVar = getenv("NCCL_CONF_FILE");
+  ConfFiles files = readConfFiles(confFilePaths(confVar, getenv("HOME")), confVar && *confVar);
+  auto* c = new Config(Config::parse([&files](const char* n) -> const char* {
+    if (const char* v = getenv(n)) return v;
+    auto it = files.values.find(n);
+    return it == files.values.end() ? nullptr : it->second.c_str();
+  }));
+  c->confFiles = files.read;
+  c->warnings.insert(c->warnings.end(), files.warnings.begin(), files.warnings.end());
+  return c;
+}
 
 }  // namespace
 

@@ -59,6 +59,7 @@ struct Config {
   int spinCount = 2000;                     // STRATA_SPIN: polls before a waiting rank yields, then sleeps
 
   std::vector<std::string> warnings;        // problems met while parsing; logged once logging is up
+  std::vector<std::string> confFiles;       // NCCL configuration files read (NCCL_CONF_FILE, ~/.nccl.conf, /etc/nccl.conf)
 
   // Parses from a lookup (getenv in production, a map in tests).
   static Config parse(const std::function<const char*(const char*)>& lookup);

@@ -88,6 +88,8 @@ void logStartup() {
   if (c.debugLevel >= LogLevel::kVersion)
     logLine(LogLevel::kVersion, kSubsysInit, -1, "Strata %s (NCCL API %d.%d.%d) host memory", STRATA_VERSION_STRING,
             NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+  for (const std::string& f : c.confFiles)
+    if (c.debugLevel >= LogLevel::kInfo) logLine(LogLevel::kInfo, kSubsysInit, -1, "Read configuration file %s", f.c_str());
 }
 
 void resetLogging() {

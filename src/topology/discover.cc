@@ -2,8 +2,11 @@
 
 #include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <map>
+#include <set>
 
 #include "base/config.h"
 #include "base/error.h"
@@ -68,7 +71,81 @@ void attachGpus(XmlElement& root, const std::vector<NvmlGpu>& gpus, std::vector<
   }
 }
 
+// "07:00.0" and "0000:07:00.0" alike, lower case: how GPUs are named (device::gpuBusId).
+std::string canonicalBusId(const std::string& busid) {
+  std::string s = normalizeBusId(busid);
+  return std::count(s.begin(), s.end(), ':') == 1 ? "0000:" + s : s;
+}
+
+const XmlElement* childNamed(const XmlElement& e, const char* name) {
+  for (const XmlElement& c : e.children)
+    if (c.name == name) return &c;
+  return nullptr;
+}
+
+// Discovered <pci> elements that carry a <gpu> or a <nic>, by canonical bus id.
+void describedDevices(const XmlElement& e, std::map<std::string, const XmlElement*>* out) {
+  for (const XmlElement& c : e.children) {
+    if (c.name == "pci" && (childNamed(c, "gpu") || childNamed(c, "nic"))) (*out)[canonicalBusId(c.attrOr("busid", ""))] = &c;
+    describedDevices(c, out);
+  }
+}
+
+// Fills the file's bare <pci> elements from discovery; `used` collects the bus ids merged.
+void fillBare(XmlElement& e, const std::map<std::string, const XmlElement*>& found, std::set<std::string>* used) {
+  for (XmlElement& c : e.children) {
+    fillBare(c, found, used);
+    if (c.name != "pci") continue;
+    auto it = found.find(canonicalBusId(c.attrOr("busid", "")));
+    if (it == found.end()) continue;
+    for (const char* kind : {"gpu", "nic"}) {
+      const XmlElement* d = childNamed(*it->second, kind);
+      if (!d || childNamed(c, kind)) continue;
+      c.set("busid", it->first);  // GPUs are matched to ranks, and NVLinks to peers, by the canonical id
+      c.children.push_back(*d);
+      used->insert(it->first);
+    }
+  }
+}
+
+// NVLinks to GPUs the merged file does not have would read as links to an NVSwitch.
+void dropDanglingNvlinks(XmlElement& e, const std::set<std::string>& gpus) {
+  for (XmlElement& c : e.children) {
+    if (c.name == "gpu")
+      c.children.erase(std::remove_if(c.children.begin(), c.children.end(),
+                                      [&](const XmlElement& l) {
+                                        return l.name == "nvlink" && l.attrOr("tclass", "") == "0x030200" &&
+                                               !gpus.count(canonicalBusId(l.attrOr("target", "")));
+                                      }),
+                       c.children.end());
+    dropDanglingNvlinks(c, gpus);
+  }
+}
+
+void gpuBusIds(const XmlElement& e, std::set<std::string>* out) {
+  for (const XmlElement& c : e.children) {
+    if (c.name == "pci" && childNamed(c, "gpu")) out->insert(canonicalBusId(c.attrOr("busid", "")));
+    gpuBusIds(c, out);
+  }
+}
+
 }  // namespace
+
+void mergeDiscovered(XmlElement& file, const XmlElement& discovered, std::vector<std::string>* warnings) {
+  std::map<std::string, const XmlElement*> found;
+  describedDevices(discovered, &found);
+  std::set<std::string> used, gpus;
+  fillBare(file, found, &used);
+  std::set<std::string> inFile;
+  gpuBusIds(file, &inFile);
+  for (const auto& [busid, e] : found)
+    if (childNamed(*e, "gpu") && !inFile.count(busid))
+      warnings->push_back(format("GPU %s was discovered but NCCL_TOPO_FILE has no PCI position for it; left out",
+                                 busid.c_str()));
+  dropBareGpus(file, warnings, "NCCL_TOPO_FILE lists it bare and discovery did not find it");
+  gpuBusIds(file, &gpus);
+  dropDanglingNvlinks(file, gpus);
+}
 
 XmlElement discoverLocalTopology(std::vector<std::string>* warnings) {
   XmlElement root = hwlocTopology(warnings);
@@ -81,7 +158,9 @@ XmlElement discoverLocalTopology(std::vector<std::string>* warnings) {
 
 std::string presetDir() {
   const std::string& dir = config().presetDir;
-  return dir.empty() ? STRATA_SOURCE_PRESET_DIR : dir;
+  if (!dir.empty()) return dir;
+  // The source tree's while it is there (a build), else where `cmake --install` put them.
+  return access(STRATA_SOURCE_PRESET_DIR, F_OK) == 0 ? STRATA_SOURCE_PRESET_DIR : STRATA_INSTALL_PRESET_DIR;
 }
 
 std::string resolvePreset(const std::string& nameOrPath) {

@@ -20,7 +20,11 @@ std::shared_ptr<const LocalTopology> localTopology(const std::string& file) {
     t->sys = System::fromXml(discoverLocalTopology(&t->warnings), "discovered");
     t->source = "discovered (hwloc, NVML)";
   } else {
-    t->sys = System::fromXml(loadXmlFile(file), file);
+    // As NCCL: the file is a base that discovery completes (a PCI-only file gets its
+    // GPUs, NVLinks and NICs); NCCL_TOPO_DUMP_FILE writes the merged result.
+    XmlElement xml = loadXmlFile(file);
+    mergeDiscovered(xml, discoverLocalTopology(&t->warnings), &t->warnings);
+    t->sys = System::fromXml(xml, file);
     t->source = file;
     t->fromFile = true;
   }

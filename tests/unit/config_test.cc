@@ -1,9 +1,12 @@
 // The environment parser, the NCCL list syntaxes and the tuner's choice.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
 #include <map>
 
 #include "algorithms/tuner.h"
+#include "base/conf_file.h"
 #include "base/config.h"
 #include "base/error.h"
 #include "base/socket.h"
@@ -134,6 +137,31 @@ TEST(Tuner, ExcludingEverythingIsAnError) {
   EXPECT_THROW(algorithms::choose(r, "Ring", "LL"), Error);
   r.coll = algorithms::Collective::kAllToAll;  // pairwise is not subject to NCCL_ALGO
   EXPECT_NO_THROW(algorithms::choose(r, "NVLS", ""));
+}
+
+// NCCL's configuration files: which are read, their syntax, and which file wins.
+TEST(ConfFile, PathsFollowNccl) {
+  EXPECT_EQ(confFilePaths("/opt/my.conf", "/home/u"), std::vector<std::string>{"/opt/my.conf"});
+  EXPECT_EQ(confFilePaths(nullptr, "/home/u"), (std::vector<std::string>{"/home/u/.nccl.conf", "/etc/nccl.conf"}));
+  EXPECT_EQ(confFilePaths("", nullptr), std::vector<std::string>{"/etc/nccl.conf"});
+}
+
+TEST(ConfFile, ReadsNameValueLinesAndTheFirstFileWins) {
+  std::string user = testing::TempDir() + "strata-user.conf", system = testing::TempDir() + "strata-system.conf";
+  std::ofstream(user) << "# a cloud image's settings\nNCCL_SOCKET_IFNAME = eth0  # inline comment\n\n"
+                         "NCCL_IB_DISABLE=1\nthis line is not a setting\n";
+  std::ofstream(system) << "NCCL_SOCKET_IFNAME=ib0\nNCCL_TOPO_FILE=/etc/topo.xml\n";
+  ConfFiles f = readConfFiles({user, "/nonexistent/nccl.conf", system}, false);
+  EXPECT_EQ(f.read, (std::vector<std::string>{user, system}));
+  EXPECT_EQ(f.values.at("NCCL_SOCKET_IFNAME"), "eth0");  // the user's file over the system's
+  EXPECT_EQ(f.values.at("NCCL_IB_DISABLE"), "1");
+  EXPECT_EQ(f.values.at("NCCL_TOPO_FILE"), "/etc/topo.xml");
+  ASSERT_EQ(f.warnings.size(), 1u);
+  EXPECT_NE(f.warnings[0].find(":5: not NAME=VALUE"), std::string::npos) << f.warnings[0];
+  EXPECT_TRUE(readConfFiles({"/nonexistent/nccl.conf"}, false).warnings.empty());  // a default that is absent
+  EXPECT_EQ(readConfFiles({"/nonexistent/nccl.conf"}, true).warnings.size(), 1u);  // NCCL_CONF_FILE that is
+  std::remove(user.c_str());
+  std::remove(system.c_str());
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // and on this machine.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -92,6 +93,87 @@ TEST(TopologyXml, MissingFileAndUnknownPreset) {
     EXPECT_NE(std::string(e.what()).find("a100-sxm-8gpu"), std::string::npos) << e.what();
   }
   EXPECT_EQ(resolvePreset("h800"), presetDir() + "/h800-sxm-8gpu.xml");
+}
+
+// A preset as cloud images ship their NCCL_TOPO_FILE: the PCI tree only, every
+// <gpu> and <nic> removed (GPUs and NICs are bare <pci> elements with class codes).
+void stripDevices(XmlElement& e) {
+  e.children.erase(std::remove_if(e.children.begin(), e.children.end(),
+                                  [](const XmlElement& c) { return c.name == "gpu" || c.name == "nic"; }),
+                   e.children.end());
+  for (XmlElement& c : e.children) stripDevices(c);
+}
+
+// NCCL_TOPO_FILE as a base that discovery completes: the discovered GPUs (with their
+// NVLinks) and NICs land at the file's PCI positions, and the machine plans as
+// described; read alone, the PCI-only file has no GPU at all.
+TEST(TopologyMerge, PciOnlyFileGetsDiscoveredGpusNvlinksAndNics) {
+  for (const char* name : {"h100-sxm-8gpu", "a800-sxm-8gpu", "rtx4090-pcie-8gpu"}) {
+    XmlElement full = loadXmlFile(resolvePreset(name));
+    XmlElement file = full;
+    stripDevices(file);
+    std::vector<std::string> alone;
+    XmlElement bare = file;
+    XmlElement nothing;
+    nothing.name = "system";
+    mergeDiscovered(bare, nothing, &alone);  // nothing discovered: the bare GPUs are left out
+    EXPECT_TRUE(System::fromXml(bare, name).ofType(NodeType::kGpu).empty()) << name;
+    EXPECT_EQ(alone.size(), 8u) << name << ": one warning per GPU left out";
+    std::vector<std::string> warnings;
+    mergeDiscovered(file, full, &warnings);
+    EXPECT_EQ(writeXml(file), writeXml(full)) << name;
+    EXPECT_TRUE(warnings.empty()) << name << ": " << (warnings.empty() ? "" : warnings[0]);
+    System merged = System::fromXml(file, name), original = System::fromXml(full, name);
+    EXPECT_EQ(merged.describe(), original.describe()) << name;
+  }
+}
+
+TEST(TopologyMerge, ACompleteFileIsKept) {
+  XmlElement h100 = loadXmlFile(resolvePreset("h100")), a100 = loadXmlFile(resolvePreset("a100"));
+  XmlElement file = h100;
+  std::vector<std::string> warnings;
+  mergeDiscovered(file, a100, &warnings);  // another machine's discovery changes nothing the file describes
+  EXPECT_EQ(writeXml(file), writeXml(h100));
+}
+
+// Short bus ids (no domain, upper case) match discovery's; a GPU the file lists bare
+// but discovery did not find is left out, and NVLinks to it with it.
+TEST(TopologyMerge, ShortBusIdsAndGpusDiscoveryDidNotFind) {
+  const char* pciOnly = R"(<system version="1">
+  <cpu numaid="0" affinity="ffffffff" arch="x86_64" vendor="GenuineIntel" familyid="6" modelid="143">
+    <pci busid="0000:07:00.0" class="0x060400" vendor="0x1000" link_speed="32.0 GT/s PCIe" link_width="16">
+      <pci busid="08:00.0" class="0x030200" vendor="0x10de" link_speed="32.0 GT/s PCIe" link_width="16"/>
+      <pci busid="0000:09:00.0" class="0x030200" vendor="0x10de" link_speed="32.0 GT/s PCIe" link_width="16"/>
+      <pci busid="0000:0A:00.0" class="0x020700" vendor="0x15b3" link_speed="32.0 GT/s PCIe" link_width="16"/>
+      <pci busid="0000:0c:00.0" class="0x030200" vendor="0x10de" link_speed="32.0 GT/s PCIe" link_width="16"/>
+    </pci>
+  </cpu>
+</system>
+)";
+  const char* found = R"(<system version="1">
+  <cpu numaid="0">
+    <pci busid="0000:08:00.0"><gpu dev="0" sm="90" gdr="1">
+      <nvlink target="0000:09:00.0" count="18" tclass="0x030200"/>
+      <nvlink target="0000:0c:00.0" count="2" tclass="0x030200"/></gpu></pci>
+    <pci busid="0000:09:00.0"><gpu dev="1" sm="90" gdr="1"><nvlink target="0000:08:00.0" count="18" tclass="0x030200"/></gpu></pci>
+    <pci busid="0000:0a:00.0"><nic><net name="mlx5_0" dev="0" speed="400000" port="1" gdr="1"/></nic></pci>
+  </cpu>
+</system>
+)";
+  XmlElement file = parseXml(pciOnly, "pci-only.xml");
+  std::vector<std::string> warnings;
+  mergeDiscovered(file, parseXml(found, "discovered"), &warnings);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("0000:0c:00.0"), std::string::npos) << warnings[0];
+  System s = System::fromXml(file, "pci-only.xml");
+  std::vector<int> gpus = s.ofType(NodeType::kGpu), nets = s.ofType(NodeType::kNet);
+  ASSERT_EQ(gpus.size(), 2u);
+  ASSERT_EQ(nets.size(), 1u);
+  EXPECT_EQ(s.node(gpus[0]).id, "0000:08:00.0");  // as ranks name their GPUs
+  EXPECT_EQ(s.node(gpus[1]).id, "0000:09:00.0");
+  EXPECT_EQ(s.path(gpus[0], gpus[1]).type, PathType::kNvl);
+  EXPECT_TRUE(s.ofType(NodeType::kNvs).empty()) << "the link to the missing GPU became an NVSwitch";
+  EXPECT_EQ(s.path(gpus[0], nets[0]).type, PathType::kPix);
 }
 
 TEST(TopologyModel, BandwidthsComeFromCounts) {
