@@ -22,7 +22,10 @@ for stage in $stages; do
   if [ "$stage" = fuzz ]; then
     # shellcheck disable=SC2086
     cmake --build build-fuzz -j "$(nproc)" --target $fuzz_targets
+    export STRATA_FUZZ_SUMMARY=$PWD/build-fuzz/fuzz-summary.txt
+    : >"$STRATA_FUZZ_SUMMARY"
     (cd build-fuzz && ctest -L fuzz -j "$(nproc)" --output-on-failure)
+    sort "$STRATA_FUZZ_SUMMARY"
   else
     cmake --build "build-$stage" -j "$(nproc)" --target "${targets[@]}"
     skip='^abi_|^dropin_'  # header and ABI checks: compiled in the main suite, nothing to sanitize

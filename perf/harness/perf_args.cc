@@ -69,13 +69,15 @@ const char* opName(ncclRedOp_t op) {
 size_t parseSize(const char* s) {
   char* end = nullptr;
   double v = strtod(s, &end);
-  if (end == s || v < 0) return 0;
+  if (end == s || !(v >= 0)) return 0;  // also NaN
   switch (*end) {
     case 'k': case 'K': v *= 1024; break;
     case 'm': case 'M': v *= 1024 * 1024; break;
     case 'g': case 'G': v *= 1024.0 * 1024 * 1024; break;
     default: break;
   }
+  // 2^64 and more (or inf) is no size: converting it would be undefined (found by fuzz_perf_args).
+  if (!(v < 18446744073709551616.0)) return 0;
   return static_cast<size_t>(v);
 }
 
