@@ -106,7 +106,7 @@ PreparedOp::PreparedOp(const StressCase& c, int rank, int n) : c_(c), rank_(rank
       recv_ = out_.data();
       int at = ag ? rank : c.root;
       if (c.inPlace && (ag || rank == c.root)) {
-        memcpy(out_.data() + at * cnt * es, in_.data(), cnt * es);
+        if (cnt) memcpy(out_.data() + at * cnt * es, in_.data(), cnt * es);  // an empty vector's data() may be null
         send_ = out_.data() + at * cnt * es;
       }
       checked_ = ag || rank == c.root ? cnt * n : 0;
