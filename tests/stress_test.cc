@@ -134,11 +134,7 @@ void forceForEpoch(int epoch, bool fakeNodes) {
   set("NCCL_ALGO", algo);
   set("NCCL_PROTO", proto.empty() ? "" : "allreduce:" + proto);
   set("STRATA_PUT_BYTES", b == "DirectRead" ? "1" : "");  // DirectRead serves sizes from STRATA_PUT_BYTES up
-  // The one way to make a running process re-read NCCL_ALGO/NCCL_PROTO (deprecated in NCCL's header too).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-  ncclResetDebugInit();
-#pragma GCC diagnostic pop
+  reloadEnvironment();  // the one way to make a running process re-read NCCL_ALGO/NCCL_PROTO
 }
 
 struct Totals {

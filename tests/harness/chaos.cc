@@ -12,6 +12,8 @@
 #include <regex>
 #include <thread>
 
+#include "harness/ranks.h"
+
 namespace strata::test {
 namespace {
 
@@ -32,14 +34,6 @@ bool readFor(int fd, void* buf, size_t n, int timeoutMs) {
     got += static_cast<size_t>(r);
   }
   return true;
-}
-
-std::string readAll(int fd) {
-  std::string s;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) s.append(buf, n);
-  return s;
 }
 
 struct Child {

@@ -9,7 +9,6 @@
 #include <thread>
 
 namespace strata::test {
-namespace {
 
 std::string readAll(int fd) {
   std::string s;
@@ -18,6 +17,14 @@ std::string readAll(int fd) {
   while ((n = read(fd, buf, sizeof(buf))) > 0) s.append(buf, n);
   return s;
 }
+
+// Strata's ncclResetDebugInit re-reads every variable; NCCL marks it deprecated.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+void reloadEnvironment() { ncclResetDebugInit(); }
+#pragma GCC diagnostic pop
+
+namespace {
 
 // Rank 0's process makes the unique id and hands it to the others through a pipe:
 // the parent never starts Strata's threads just before forking, so the children

@@ -33,6 +33,12 @@ std::vector<RankResult> runRanks(Mode mode, int nranks, const RankFn& fn, double
 // Joins the failures into one message ("" when all ranks succeeded).
 std::string failures(const std::vector<RankResult>& results);
 
+// Everything a pipe holds until its writers close it.
+std::string readAll(int fd);
+
+// Makes this process re-read the environment (ncclResetDebugInit, which NCCL's header deprecates).
+void reloadEnvironment();
+
 // Formats a failing NCCL call with its code and ncclGetLastError().
 std::string ncclFailure(const char* call, ncclResult_t r);
 
