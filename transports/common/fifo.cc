@@ -218,15 +218,17 @@ class FifoReceiver final : public RecvConnection, public PutReceiver, public Get
       *bytes = h_->offers[completed_ % kMaxOffers].written;
       return finishOffer();
     }
-    Pending& p = pending_.front();
-    // The sender could not write into this memory: the put comes through the slots
-    // (unless the put landed after putsDone was read, and the next message is the
-    // sender's next one: having seen it, the put's count is visible now).
-    if (arrived() && !(h_->sizes[tail_ % h_->slots] & kPutThroughSlots) &&
+    if (!arrived()) return false;
+    // A two-sided message where a chunk of this put would be: the sender wrote the
+    // put into place and stored its count before it posted the message (checked
+    // again now, as it may have landed after the load above).
+    if (slotBytes_ == 0 && !(h_->sizes[tail_ % h_->slots] & kPutThroughSlots) &&
         h_->putsDone.load(std::memory_order_acquire) > completed_) {
       *bytes = h_->offers[completed_ % kMaxOffers].written;
       return finishOffer();
     }
+    // Otherwise the sender could not write into this memory: the put comes through the slots.
+    Pending& p = pending_.front();
     if (intoPlace(p.dst, p.bytes, bytes)) return finishOffer();
     return false;
   }
