@@ -2,6 +2,7 @@
 # Installs what building and testing Strata needs on Debian 12, only if missing.
 set -euo pipefail
 packages=(cmake g++ ninja-build pkg-config libgtest-dev openmpi-bin libopenmpi-dev libhwloc-dev libibverbs-dev iproute2 nftables
+  python3-torch libtorch-dev pybind11-dev python3-dev
   clang libfuzzer-14-dev)
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,105 @@
+"""DistributedDataParallel on "strata" against the same training on Gloo: two
+replicas of each model from the same weights, the same batches, several steps
+(small buckets, so several per step; one step accumulates under no_sync). The
+parameters must agree with Gloo's bit for bit where the arithmetic is exact (any
+model on 2 ranks, where a sum of two is the same either way round; a model whose
+gradients are small dyadic numbers on any number of ranks), and within float
+rounding otherwise; and every rank's replica must be the same.
+
+usage: test_ddp.py WORLD
+"""
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from launch import run_ranks
+
+
+def mlp():
+    torch.manual_seed(7)
+    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
+                               torch.nn.Linear(64, 4))
+
+
+def dyadic_linear():
+    torch.manual_seed(7)
+    m = torch.nn.Linear(16, 8)
+    with torch.no_grad():
+        m.weight.copy_(torch.randint(-8, 8, m.weight.shape) / 8)
+        m.bias.copy_(torch.randint(-8, 8, m.bias.shape) / 8)
+    return m
+
+
+def batches(kind, rank, steps):
+    g = torch.Generator().manual_seed(100 + rank)
+    if kind == "mlp":
+        return [(torch.randn(8, 32, generator=g), torch.randn(8, 4, generator=g)) for _ in range(steps)]
+    return [(torch.randint(-4, 5, (4, 16), generator=g).float(), torch.randint(-2, 3, (4, 8), generator=g).float())
+            for _ in range(steps)]
+
+
+def loss_of(kind, out, target):
+    # mlp: mean squared error; dyadic: a loss linear in the output (gradients are integers)
+    return ((out - target) ** 2).mean() if kind == "mlp" else (out * target).sum()
+
+
+def train(kind, group, rank, steps):
+    net = mlp() if kind == "mlp" else dyadic_linear()
+    model = DDP(net, process_group=group, bucket_cap_mb=0.004)  # ~1000 floats per bucket: several buckets
+    opt = torch.optim.SGD(model.parameters(), lr=2 ** -4)
+    data = batches(kind, rank, steps + 1)
+    for i in range(steps):
+        opt.zero_grad()
+        x, y = data[i]
+        if i == 2:  # accumulate a micro-batch locally, then one synchronised
+            with model.no_sync():
+                loss_of(kind, model(data[-1][0]), data[-1][1]).backward()
+        loss_of(kind, model(x), y).backward()
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def same_on_every_rank(params, gloo):
+    flat = torch.cat([p.reshape(-1) for p in params]).double()
+    lo, hi = flat.clone(), flat.clone()
+    dist.all_reduce(lo, op=dist.ReduceOp.MIN, group=gloo)
+    dist.all_reduce(hi, op=dist.ReduceOp.MAX, group=gloo)
+    return torch.equal(lo, hi)
+
+
+def rank_main(rank, world):
+    import strata_torch  # noqa: F401
+    dist.init_process_group("gloo", init_method="env://")
+    strata = dist.new_group(backend="strata")
+    gloo = dist.group.WORLD
+    failures = []
+    for kind in ("mlp", "dyadic"):
+        ours = train(kind, strata, rank, 6)
+        theirs = train(kind, gloo, rank, 6)
+        exact = kind == "dyadic" or world == 2
+        for k, (a, b) in enumerate(zip(ours, theirs)):
+            if exact and not torch.equal(a, b):
+                failures.append(f"{kind} parameter {k}: differs from Gloo's by {(a - b).abs().max().item():g}")
+            elif not torch.allclose(a, b, rtol=1e-5, atol=1e-6):
+                failures.append(f"{kind} parameter {k}: off Gloo's by {(a - b).abs().max().item():g}")
+        if not same_on_every_rank(ours, gloo):
+            failures.append(f"{kind}: the ranks' replicas differ")
+        moved = any(not torch.equal(a, b) for a, b in zip(ours, [p.detach() for p in
+                                                                   (mlp() if kind == "mlp" else dyadic_linear())
+                                                                   .parameters()]))
+        if not moved:
+            failures.append(f"{kind}: training did not change the parameters")
+        if rank == 0:
+            identical = all(torch.equal(a, b) for a, b in zip(ours, theirs))
+            print(f"{kind}: {len(ours)} parameters after 6 steps {'identical to' if identical else 'within 1e-5 of'} "
+                  "Gloo's", flush=True)
+    if failures:
+        raise AssertionError(f"rank {rank}: " + "; ".join(failures))
+    dist.destroy_process_group(strata)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    run_ranks(rank_main, int(sys.argv[1]), deadline=600)
