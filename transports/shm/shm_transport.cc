@@ -121,7 +121,16 @@ SharedRegion ShmTransport::createRegion(const ConnectRequest& req, size_t bytes,
 }
 
 SharedRegion ShmTransport::attachRegion(const ConnectRequest& req, const std::string& handle) {
-  auto seg = std::make_shared<ShmSegment>(ShmSegment::open(handle));
+  std::shared_ptr<ShmSegment> seg;
+  try {
+    seg = std::make_shared<ShmSegment>(ShmSegment::open(handle));
+  } catch (const Error& e) {
+    // The peer made it and removes it when its communicator closes: it is gone.
+    fail(ncclRemoteError,
+         "rank %d (pid %d) closed its end of the connection before this rank attached to it (it destroyed or "
+         "aborted its communicator, or exited): %s",
+         req.peer->rank, req.peer->pid, e.what());
+  }
   // Both ends have it mapped now: drop the name so nothing is left behind if either dies.
   shm_unlink(handle.c_str());
   return SharedRegion{seg->data(), seg->size(), seg, Doorbell::attach(req.peer->bellName)};
