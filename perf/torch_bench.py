@@ -14,7 +14,7 @@ replicas from the same initial weights, one on each backend; the median step tim
 of each (interleaved), and whether their parameters still agree bit for bit.
 
 usage: /usr/bin/python3 perf/torch_bench.py [--np 2] [--sizes 1M,16M,64M] [--colls all_reduce,all_gather]
-         [--reps 5] [--iters N] [--ddp-mb 48] [--ddp-steps 10] [--no-ddp]
+         [--reps 5] [--iters N] [--ddp-mb 48] [--ddp-steps 10] [--ddp-batch 8] [--threads 1] [--no-ddp]
 Put the build's python folder on PYTHONPATH (PYTHONPATH=build/python), or run it
 from the source tree with the default build (it looks there itself).
 """
@@ -120,7 +120,7 @@ def ddp(args, rank, world, groups, gloo):
         models[name] = (DDP(net, process_group=g), torch.optim.SGD(net.parameters(), lr=2 ** -10))
     grads_mb = sum(p.numel() for p in models["gloo"][0].parameters()) * 4 / (1 << 20)
     torch.manual_seed(99 + rank)
-    batches = [torch.randn(16, width) for _ in range(args.ddp_steps + 1)]
+    batches = [torch.randn(args.ddp_batch, width) for _ in range(args.ddp_steps + 1)]
     steps = {name: [] for name in groups}
     for i, x in enumerate(batches):
         for name, (model, opt) in models.items():
@@ -141,6 +141,7 @@ def ddp(args, rank, world, groups, gloo):
 
 def rank_main(rank, args, port):
     import strata_torch  # noqa: F401  registers "strata"
+    torch.set_num_threads(args.threads)  # torchrun's default for several processes per host: 1
     world = args.np
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=600))
@@ -164,7 +165,7 @@ def report(args, world, results, ddp_result):
               f"{bw['gloo']:>12.2f}{bw['strata']:>14.2f}{med['gloo'] / med['strata']:>7.2f}x")
     if ddp_result:
         mb, steps, same, close = ddp_result
-        print(f"DDP step ({mb:.0f} MB of gradients, median of {args.ddp_steps}): gloo {steps['gloo'] * 1e3:.1f} ms, "
+        print(f"DDP step ({mb:.0f} MB of gradients, batch {args.ddp_batch}, median of {args.ddp_steps}): gloo {steps['gloo'] * 1e3:.1f} ms, "
               f"strata {steps['strata'] * 1e3:.1f} ms, ratio {steps['gloo'] / steps['strata']:.2f}x; "
               f"parameters after: {'identical' if same else 'within 1e-5' if close else 'DIFFERENT'}")
     sys.stdout.flush()
@@ -185,6 +186,8 @@ def main():
     p.add_argument("--iters", type=int, default=0, help="calls per repetition (default: by size)")
     p.add_argument("--ddp-mb", type=float, default=48)
     p.add_argument("--ddp-steps", type=int, default=10)
+    p.add_argument("--ddp-batch", type=int, default=8)
+    p.add_argument("--threads", type=int, default=1, help="torch threads per rank (torchrun sets 1)")
     p.add_argument("--no-ddp", action="store_true")
     args = p.parse_args()
     args.sizes = [parse_size(s) for s in args.sizes.split(",")]

@@ -28,11 +28,10 @@ const std::vector<at::Tensor>& checkList(const std::vector<std::vector<at::Tenso
   return lists[0];
 }
 
-// The contiguous concatenation of `parts` (all alike), in one new buffer.
-at::Tensor flatten(const std::vector<at::Tensor>& parts) {
-  std::vector<at::Tensor> flat;
-  for (const at::Tensor& p : parts) flat.push_back(p.reshape({-1}));
-  return at::cat(flat);
+// `parts` (all alike) one after another in `flat`.
+void flattenInto(const std::vector<at::Tensor>& parts, const at::Tensor& flat) {
+  int64_t n = parts.empty() ? 0 : parts[0].numel();
+  for (size_t i = 0; i < parts.size(); ++i) flat.narrow(0, i * n, n).copy_(parts[i].reshape({-1}));
 }
 
 void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& parts) {
@@ -136,11 +135,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::allgather(std::vector<std::ve
   auto flat = std::make_shared<at::Tensor>();
   auto src = std::make_shared<Staged>();
   int rank = rank_, size = size_;
+  ScratchPool* pool = &worker_->scratch();
   return enqueue(
       OpType::ALLGATHER, call, outs, opts.timeout,
       [=](ncclComm_t comm) {
         *src = Staged(in);
-        *flat = at::empty({size * in.numel()}, in.options());
+        *flat = pool->get(size * in.numel(), in.scalar_type());
         check(ncclAllGather(src->data(), flat->data_ptr(), src->bytes(), ncclUint8, comm, nullptr), rank, call);
       },
       [=] { unflatten(*flat, outs); });
@@ -183,11 +183,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::gather(std::vector<std::vecto
   }
   auto flat = std::make_shared<at::Tensor>();
   auto src = std::make_shared<Staged>();
+  ScratchPool* pool = &worker_->scratch();
   return enqueue(
       OpType::GATHER, call, outs, opts.timeout,
       [=](ncclComm_t comm) {
         *src = Staged(in);
-        if (rank == root) *flat = at::empty({size * in.numel()}, in.options());
+        if (rank == root) *flat = pool->get(size * in.numel(), in.scalar_type());
         void* dst = rank == root ? flat->data_ptr() : nullptr;
         check(ncclGather(src->data(), dst, src->bytes(), ncclUint8, root, comm, nullptr), rank, call);
       },
@@ -212,11 +213,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::scatter(std::vector<at::Tenso
   }
   auto flat = std::make_shared<at::Tensor>();
   auto dst = std::make_shared<Staged>();
+  ScratchPool* pool = &worker_->scratch();
   return enqueue(
       OpType::SCATTER, call, outputs, opts.timeout,
       [=](ncclComm_t comm) {
         *dst = Staged(out);
-        if (rank == root) *flat = flatten(ins);
+        if (rank == root) {
+          *flat = pool->get(size * out.numel(), out.scalar_type());
+          flattenInto(ins, *flat);
+        }
         const void* src = rank == root ? flat->data_ptr() : nullptr;
         check(ncclScatter(src, dst->data(), dst->bytes(), ncclUint8, root, comm, nullptr), rank, call);
       },
@@ -233,11 +238,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::reduce_scatter(std::vector<at
   auto wireIn = std::make_shared<at::Tensor>();
   auto wireOut = std::make_shared<at::Tensor>();
   int rank = rank_;
+  ScratchPool* pool = &worker_->scratch();
   return enqueue(
       OpType::REDUCE_SCATTER, call, outputs, opts.timeout,
       [=](ncclComm_t comm) {
-        *wireIn = toWire(flatten(ins), spec);
-        *wireOut = wireBuffer(out.numel(), out, spec);
+        int64_t n = out.numel() * wireWidth(spec);
+        *wireIn = pool->get(n * static_cast<int64_t>(ins.size()), spec.wire);
+        for (size_t i = 0; i < ins.size(); ++i) copyToWire(ins[i], wireIn->narrow(0, i * n, n), spec);
+        *wireOut = pool->get(n, spec.wire);
         check(ncclReduceScatter(wireIn->data_ptr(), wireOut->data_ptr(), wireOut->numel(), spec.type, spec.op, comm,
                                 nullptr),
               rank, call);

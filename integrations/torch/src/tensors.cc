@@ -119,8 +119,11 @@ void fromWire(const at::Tensor& user, const at::Tensor& wire, const ReduceSpec& 
   else user.copy_(wire.view(user.sizes()));
 }
 
-at::Tensor wireBuffer(int64_t numel, const at::Tensor& like, const ReduceSpec& spec) {
-  return at::empty({spec.complex ? 2 * numel : numel}, like.options().dtype(spec.wire));
+void copyToWire(const at::Tensor& t, const at::Tensor& dst, const ReduceSpec& spec) {
+  if (spec.complex) dst.copy_(at::view_as_real(t.contiguous()).reshape({-1}));
+  else if (t.scalar_type() == at::kBool) dst.copy_(t.contiguous().view(at::kByte).reshape({-1}));
+  else dst.copy_(t.reshape({-1}));  // converts int16 to int32
+  if (spec.premul) dst.mul_(at::scalar_tensor(spec.factor, dst.options()));
 }
 
 }  // namespace strata::torch_backend

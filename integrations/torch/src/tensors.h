@@ -55,7 +55,9 @@ ReduceSpec reduceSpec(at::ScalarType t, const c10d::ReduceOp& op, int rank, cons
 // into the user's tensor.
 at::Tensor toWire(const at::Tensor& t, const ReduceSpec& spec);
 void fromWire(const at::Tensor& user, const at::Tensor& wire, const ReduceSpec& spec);
-// An empty wire buffer of `numel` user elements.
-at::Tensor wireBuffer(int64_t numel, const at::Tensor& like, const ReduceSpec& spec);
+// Wire elements per user element (2 for complex).
+inline int64_t wireWidth(const ReduceSpec& spec) { return spec.complex ? 2 : 1; }
+// Copies (converts, scales) the user's tensor into `dst`, a 1-D wire buffer of its size.
+void copyToWire(const at::Tensor& t, const at::Tensor& dst, const ReduceSpec& spec);
 
 }  // namespace strata::torch_backend

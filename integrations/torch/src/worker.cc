@@ -106,9 +106,11 @@ void Worker::run(Batch& batch) {
       // The watchdog's or a waiter's reason is what the caller needs, not "aborted".
       if (!abortedWhy_.empty()) error = std::make_exception_ptr(std::runtime_error(abortedWhy_));
     }
+    scratch_.recycle();
     for (Job& j : batch) j.work->fail(error);
     return;
   }
+  scratch_.recycle();
   for (Job& j : batch) j.work->complete();
 }
 

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "scratch.h"
 #include "work.h"
 
 namespace strata::torch_backend {
@@ -41,6 +42,8 @@ class Worker {
   // Aborts the communicator once (from any thread; the calls inside return with
   // an error); every later operation fails with `why`.
   void abort(const std::string& why);
+  // Staging buffers for the jobs (used on the worker thread only).
+  ScratchPool& scratch() { return scratch_; }
 
  private:
   void loop();
@@ -61,6 +64,7 @@ class Worker {
   uint64_t batchesStarted_ = 0;
   std::chrono::steady_clock::time_point deadline_;
   std::string runningName_;
+  ScratchPool scratch_;
   std::thread thread_, watchdog_;
 };
 

@@ -69,16 +69,18 @@ def timeouts(rank, world):
     dist.barrier()  # gloo: the late ranks go now
     if rank != 0:
         t0 = time.monotonic()
-        raises("late rank", lambda: dist.all_reduce(x, group=strata))
+        msg = raises("late rank", lambda: dist.all_reduce(x, group=strata), "rank 0")
+        print(f"rank {rank}: late, failed: {msg}", flush=True)
         assert time.monotonic() - t0 < 10, f"the late rank took {time.monotonic() - t0:.1f} s to fail"
     # The group's own timeout: the last rank never calls.
     short = dist.new_group(backend="strata", timeout=datetime.timedelta(seconds=2))
     if rank != world - 1:
         t0 = time.monotonic()
-        raises("group timeout", lambda: dist.all_reduce(torch.ones(10), group=short), "the process group's timeout")
+        msg = raises("group timeout", lambda: dist.all_reduce(torch.ones(10), group=short),
+                     "the process group's timeout")
         took = time.monotonic() - t0
         assert 1.8 < took < 6, f"the group's timeout of 2 s fired after {took:.1f} s"
-        print(f"rank {rank}: the group's timeout of 2 s fired after {took:.2f} s", flush=True)
+        print(f"rank {rank}: the group's timeout of 2 s fired after {took:.2f} s: {msg}", flush=True)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -92,10 +94,10 @@ def killed(rank, world):
         kill_self()
     time.sleep(0.2)
     t0 = time.monotonic()
-    raises("killed peer", lambda: [dist.all_reduce(x) for _ in range(1000)], f"rank {world - 1}")
+    msg = raises("killed peer", lambda: [dist.all_reduce(x) for _ in range(1000)], f"rank {world - 1}")
     took = time.monotonic() - t0
     assert took < 5, f"took {took:.1f} s to notice the killed rank"
-    print(f"rank {rank}: raised {took:.2f} s after the kill", flush=True)
+    print(f"rank {rank}: raised {took:.2f} s after the kill: {msg}", flush=True)
 
 
 if __name__ == "__main__":
