@@ -76,8 +76,9 @@ def timeouts(rank, world):
     short = dist.new_group(backend="strata", timeout=datetime.timedelta(seconds=2))
     if rank != world - 1:
         t0 = time.monotonic()
-        msg = raises("group timeout", lambda: dist.all_reduce(torch.ones(10), group=short),
-                     "the process group's timeout")
+        # its own watchdog fires, or a peer's (whose abort then stops this rank): either names the cause
+        msg = raises("group timeout", lambda: dist.all_reduce(torch.ones(10), group=short))
+        assert "the process group's timeout" in msg or "ncclCommAbort" in msg, msg
         took = time.monotonic() - t0
         assert 1.8 < took < 6, f"the group's timeout of 2 s fired after {took:.1f} s"
         print(f"rank {rank}: the group's timeout of 2 s fired after {took:.2f} s: {msg}", flush=True)
