@@ -7,12 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "harness/chaos.h"
+#include "harness/ranks.h"
 #include "nccl.h"
 
 namespace strata::test {
@@ -108,6 +110,28 @@ std::vector<ChaosCase> killCases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Matrix, ChaosKill, ::testing::ValuesIn(killCases()),
+                         [](const auto& info) { return info.param.name; });
+
+// The same between two fake nodes linked by an NCCL net plugin (the tests' TCP
+// plugin, tests/net_plugin; NCCL_NET names it, so nothing falls back to the built-in
+// TCP): the plugin's errors turn into the same named failures, within the same bounds.
+std::vector<ChaosCase> netPluginCases() {
+  auto enter = [](int rank) {
+    setenv("NCCL_HOSTID", ("fake-node" + std::to_string(rank % 2)).c_str(), 1);
+    setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+    setenv("NCCL_NET_PLUGIN", STRATA_TEST_PLUGIN_DIR "/libnccl-net-strata-test-v11.so", 1);
+    setenv("NCCL_NET", "StrataTestTCP", 1);
+    reloadEnvironment();
+    return std::string();
+  };
+  std::vector<ChaosCase> cases;
+  for (Phase p : {Phase::kAllReduce, Phase::kAllGather, Phase::kSendRecv})
+    cases.push_back({std::string(phaseName(p)) + "_over_net_plugin", p, SIGKILL, kVictim, 200, true, {}, enter});
+  cases.push_back({"stopped_all_reduce_over_net_plugin", Phase::kAllReduce, SIGSTOP, kVictim, 200, true, {}, enter});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(NetPlugin, ChaosKill, ::testing::ValuesIn(netPluginCases()),
                          [](const auto& info) { return info.param.name; });
 
 // The bootstrap root lives in the process that made the unique id. Killed after

@@ -1,10 +1,14 @@
 // Every transport of this build, in priority order: one line each in kTransports.
 // The first whose canConnect accepts a pair (and that has the capabilities a
 // plan asks for) links it.
+#include <strings.h>
+
 #include "base/config.h"
 #include "base/error.h"
 #include "transports/cuda_ipc/cuda_ipc_transport.h"
 #include "transports/loopback/loopback_transport.h"
+#include "transports/net/net_transport.h"
+#include "transports/net/plugin.h"
 #include "transports/shm/shm_transport.h"
 #include "transports/socket/socket_transport.h"
 
@@ -16,10 +20,13 @@ const std::vector<Transport*>& transports() {
     static shm::ShmTransport shm;
     static socket::SocketTransport socket;
     static cuda_ipc::CudaIpcTransport cudaIpc;
+    static net::NetTransport netPlugin;
     std::vector<Transport*> l{&loopback};
     if (!config().shmDisable) l.push_back(&shm);
     l.push_back(&cudaIpc);
-    l.push_back(&socket);
+    if (net::pluginNetwork()) l.push_back(&netPlugin);  // an NCCL net plugin, before the built-in TCP
+    // NCCL_NET names the one network between nodes; "Socket" is the built-in TCP one.
+    if (config().netName.empty() || strcasecmp(config().netName.c_str(), "Socket") == 0) l.push_back(&socket);
     return l;
   }();
   return list;
@@ -62,6 +69,12 @@ bool needsPolling() {
 Transport& selectTransport(const PeerInfo& self, const PeerInfo& peer, uint32_t required) {
   for (Transport* t : transports())
     if (t->has(required) && t->canConnect(self, peer)) return *t;
+  if (!config().netName.empty() && !self.sameHost(peer))
+    fail(ncclInvalidUsage,
+         "NCCL_NET=%s: no network of that name is available to connect rank %d (%s) and rank %d (%s) (loaded: %s; "
+         "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET says why)",
+         config().netName.c_str(), self.rank, self.hostname, peer.rank, peer.hostname,
+         net::pluginNetwork() ? net::pluginNetwork()->name().c_str() : "no net plugin");
   fail(ncclInternalError, "no transport with capabilities 0x%x can connect rank %d (%s, pid %d) and rank %d (%s, pid %d)",
        required, self.rank, self.hostname, self.pid, peer.rank, peer.hostname, peer.pid);
 }

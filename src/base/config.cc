@@ -181,6 +181,9 @@ Config Config::parse(const std::function<const char*(const char*)>& lookup) {
   p.integer("NCCL_TOPO_DUMP_FILE_RANK", &c.topoDumpRank, 0, 1 << 30);
   p.flag("NCCL_P2P_DISABLE", &c.p2pDisable);
   p.str("NCCL_P2P_LEVEL", &c.p2pLevel);
+  c.netPluginSet = p.get("NCCL_NET_PLUGIN") != nullptr;
+  p.str("NCCL_NET_PLUGIN", &c.netPlugin);
+  p.str("NCCL_NET", &c.netName);
   if (c.minChannels > c.maxChannels) {
     c.warnings.push_back(format("NCCL_MIN_NCHANNELS=%d exceeds NCCL_MAX_NCHANNELS=%d; using %d", c.minChannels,
                                 c.maxChannels, c.maxChannels));

@@ -57,6 +57,9 @@ struct Config {
   std::string presetDir;                    // STRATA_PRESET_DIR: where strata-topo finds presets (unset: the source tree's)
   int gpuSim = 0;                           // STRATA_GPU_SIM=N: N GPUs simulated in host memory (tests of the device path)
   int spinCount = 2000;                     // STRATA_SPIN: polls before a waiting rank yields, then sleeps
+  std::string netPlugin;                    // NCCL_NET_PLUGIN: net plugins to load (name, file, path; comma list;
+  bool netPluginSet = false;                //   "none"); unset: libnccl-net.so if there is one
+  std::string netName;                      // NCCL_NET: the network to use, by name (a plugin's, or "Socket")
 
   std::vector<std::string> warnings;        // problems met while parsing; logged once logging is up
   std::vector<std::string> confFiles;       // NCCL configuration files read (NCCL_CONF_FILE, ~/.nccl.conf, /etc/nccl.conf)

@@ -1,0 +1,54 @@
+// The network seam: what a network between nodes offers Strata, shaped like
+// NCCL's net plugin API (listen / connect / accept polled without blocking;
+// registered memory; tagged isend and grouped irecv; test; close). The net
+// transport (net_transport.h) runs Strata's connections over any Network; an
+// external NCCL net plugin is one (plugin.h). Every call throws strata::Error
+// (naming the network and the call) when the network reports a failure.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace strata::transport::net {
+
+constexpr size_t kHandleBytes = 128;  // a listen handle, as NCCL_NET_HANDLE_MAXSIZE
+
+struct DeviceProperties {
+  std::string name;
+  std::string pciPath;
+  uint64_t guid = 0;
+  int ptrSupport = 0;  // NCCL_PTR_HOST | NCCL_PTR_CUDA | NCCL_PTR_DMABUF
+  int speedMbps = 0;
+  int port = 0;
+  float latencyUs = 0;
+  int maxComms = 0;
+  int maxRecvs = 1;
+};
+
+class Network {
+ public:
+  virtual ~Network() = default;
+  virtual const std::string& name() const = 0;
+  virtual int devices() = 0;
+  virtual DeviceProperties properties(int dev) = 0;
+  // Receiver: a listening object; `handle` (kHandleBytes) goes to the sender.
+  virtual void* listen(int dev, void* handle) = 0;
+  // Sender, with the receiver's handle: null until the connection is up (call again).
+  virtual void* connect(int dev, void* handle) = 0;
+  // Receiver: null until the sender has connected (call again).
+  virtual void* accept(void* listenComm) = 0;
+  virtual void* regMr(void* comm, void* data, size_t bytes, int ptrType) = 0;
+  virtual void deregMr(void* comm, void* mhandle) = 0;
+  // Null when the network cannot take it now (call again).
+  virtual void* isend(void* sendComm, void* data, size_t bytes, int tag, void* mhandle) = 0;
+  virtual void* irecv(void* recvComm, void* data, size_t bytes, int tag, void* mhandle) = 0;
+  // True once done (the request is then freed); *bytes gets the size moved.
+  virtual bool test(void* request, size_t* bytes) = 0;
+  virtual void closeSend(void* comm) = 0;
+  virtual void closeRecv(void* comm) = 0;
+  virtual void closeListen(void* comm) = 0;
+};
+
+}  // namespace strata::transport::net
