@@ -66,6 +66,11 @@ bool needsPolling() {
   return false;
 }
 
+double networkGBps() {
+  net::Network* n = net::pluginNetwork();
+  return n && n->devices() > 0 ? n->properties(0).speedMbps / 8000.0 : 0;
+}
+
 Transport& selectTransport(const PeerInfo& self, const PeerInfo& peer, uint32_t required) {
   for (Transport* t : transports())
     if (t->has(required) && t->canConnect(self, peer)) return *t;

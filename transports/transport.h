@@ -217,6 +217,10 @@ bool progressBackground();
 // True while such connections exist: a waiting rank must poll, not sleep on its doorbell.
 bool needsPolling();
 
+// The rate (GB/s) of the network between nodes where a transport knows it (an NCCL
+// net plugin's device speed); 0 when none does.
+double networkGBps();
+
 // The first transport, in priority order, that can connect the pair and has
 // every capability in `required`; throws naming both ranks if none can.
 Transport& selectTransport(const PeerInfo& self, const PeerInfo& peer, uint32_t required = kSlots);

@@ -16,6 +16,7 @@
 #include "core/communicator.h"
 #include "device/gpu.h"
 #include "topology/local.h"
+#include "transports/transport.h"
 
 namespace strata::core {
 namespace {
@@ -92,6 +93,8 @@ PeerInfo Communicator::describeSelf(int rank, const CommOptions& opts, std::shar
     // The file describes this node's NICs: equally near ones are spread over consecutive ranks.
     self.rail = rails[rank % rails.size()];
     self.netGBps = topology::railTo(topo->sys, cpu, self.rail).second;
+  } else if (double gbps = transport::networkGBps(); gbps > 0) {
+    self.netGBps = gbps;  // the network a transport brings (an NCCL net plugin's device)
   } else {
     std::string ifname;
     chooseInterfaceAddress(config().socketIfname, &ifname);

@@ -85,7 +85,7 @@ class NetConnection {
   std::vector<size_t> sizes_;
   std::vector<void*> requests_;
   void* mh_ = nullptr;
-  bool failed_ = false;
+  std::atomic<bool> failed_{false};  // written under mu_, read by peerAborted() without it
   int self_, peer_;
   std::mutex mu_;
 };
