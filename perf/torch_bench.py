@@ -91,7 +91,7 @@ def collectives(args, rank, world, groups, gloo, results):
             iters = args.iters or max(2, min(50, (256 << 20) // (nbytes * 2)))
             times = {name: [] for name in groups}
             calls = {name: make_call(coll, nbytes, rank, world, g) for name, g in groups.items()}
-            for name, g in groups.items():  # warm up, and check once
+            for name in groups:  # warm up, and check once
                 calls[name][0]()
                 if not calls[name][1]():
                     raise SystemExit(f"rank {rank}: {coll} {human(nbytes)} on {name}: wrong result")

@@ -40,10 +40,11 @@ class NetConnection {
     gLiveCount.fetch_add(1);
   }
   virtual ~NetConnection() { retire(); }
-  // From any rank's sweep: moves what the network allows, unless another thread is at it.
+  // From any rank's sweep: moves what the network allows, unless another thread is
+  // at it or there is nothing to move off the rank's own calls (see needsSweep).
   void progressIfFree() {
     std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
-    if (lock.owns_lock()) progressLocked();
+    if (lock.owns_lock() && needsSweep()) progressLocked();
   }
 
  protected:
@@ -64,6 +65,11 @@ class NetConnection {
     }
   }
   virtual void step() = 0;
+  // Under mu_: true while the connection is coming up, or has sends the network has
+  // not taken or finished. A receive is moved by the rank that waits on it (tryData)
+  // and reposted by release(), as the socket transport does: polling idle receives
+  // from every sweep would cost a network call each.
+  virtual bool needsSweep() const = 0;
   char* slot(uint64_t m) { return memory_.data() + (m % slots_) * slotBytes_; }
   // Deregisters and closes, ignoring errors (the peer may be gone).
   void closeComm(void* comm, void (Network::*close)(void*)) {
@@ -139,6 +145,7 @@ class NetSend final : public NetConnection, public SendConnection {
   }
 
  private:
+  bool needsSweep() const override { return !comm_ || done_ < head_; }
   void step() override {
     if (!comm_) {
       comm_ = net_.connect(dev_, handle_);  // the plugin may keep its progress in the handle
@@ -204,6 +211,7 @@ class NetRecv final : public NetConnection, public RecvConnection {
     }
     listen_ = nullptr;
   }
+  bool needsSweep() const override { return !comm_ && listen_; }
   void step() override {
     if (!comm_) {
       if (!listen_) return;

@@ -72,16 +72,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupStrata::allreduce_coalesced(std::vect
   return enqueue(
       OpType::ALLREDUCE_COALESCED, call, tensors, opts.timeout,
       [=](ncclComm_t comm) {
-        check(ncclGroupStart(), rank, call);
-        for (size_t i = 0; i < tensors.size(); ++i) {
-          wires->push_back(toWire(tensors[i], specs[i]));
-          at::Tensor& w = wires->back();
-          ncclResult_t r = ncclAllReduce(w.data_ptr(), w.data_ptr(), w.numel(), specs[i].type, specs[i].op, comm,
-                                         nullptr);
-          if (r != ncclSuccess) ncclGroupEnd();
-          check(r, rank, call);
-        }
-        check(ncclGroupEnd(), rank, call);
+        grouped(rank, call, [&] {
+          for (size_t i = 0; i < tensors.size(); ++i) {
+            wires->push_back(toWire(tensors[i], specs[i]));
+            at::Tensor& w = wires->back();
+            check(ncclAllReduce(w.data_ptr(), w.data_ptr(), w.numel(), specs[i].type, specs[i].op, comm, nullptr),
+                  rank, call);
+          }
+        });
       },
       [=] {
         for (size_t i = 0; i < tensors.size(); ++i) fromWire(tensors[i], (*wires)[i], specs[i]);

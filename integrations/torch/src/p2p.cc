@@ -44,15 +44,13 @@ void exchange(const std::vector<const char*>& src, const std::vector<size_t>& sr
     fail(rank, call, "this rank sends itself " + std::to_string(srcBytes[rank]) + " bytes but expects " +
                          std::to_string(dstBytes[rank]));
   if (srcBytes[rank]) memcpy(dst[rank], src[rank], srcBytes[rank]);
-  check(ncclGroupStart(), rank, call);
-  ncclResult_t r = ncclSuccess;
-  for (int p = 0; p < size && r == ncclSuccess; ++p) {
-    if (p == rank) continue;
-    if (srcBytes[p]) r = ncclSend(src[p], srcBytes[p], ncclUint8, p, comm, nullptr);
-    if (r == ncclSuccess && dstBytes[p]) r = ncclRecv(dst[p], dstBytes[p], ncclUint8, p, comm, nullptr);
-  }
-  ncclResult_t end = ncclGroupEnd();
-  check(r != ncclSuccess ? r : end, rank, call);
+  grouped(rank, call, [&] {
+    for (int p = 0; p < size; ++p) {
+      if (p == rank) continue;
+      if (srcBytes[p]) check(ncclSend(src[p], srcBytes[p], ncclUint8, p, comm, nullptr), rank, call);
+      if (dstBytes[p]) check(ncclRecv(dst[p], dstBytes[p], ncclUint8, p, comm, nullptr), rank, call);
+    }
+  });
 }
 
 std::vector<size_t> offsets(const std::vector<size_t>& bytes) {

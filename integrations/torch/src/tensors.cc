@@ -48,6 +48,17 @@ void check(ncclResult_t r, int rank, const char* call) {
   fail(rank, call, std::string(ncclGetErrorString(r)) + (last && *last ? std::string(": ") + last : std::string()));
 }
 
+void grouped(int rank, const char* call, const std::function<void()>& calls) {
+  check(ncclGroupStart(), rank, call);
+  try {
+    calls();
+  } catch (...) {
+    ncclGroupEnd();
+    throw;
+  }
+  check(ncclGroupEnd(), rank, call);
+}
+
 void checkCpu(const at::Tensor& t, int rank, const char* call) {
   if (!t.defined()) fail(rank, call, "a tensor is undefined");
   if (!t.device().is_cpu())

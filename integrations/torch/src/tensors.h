@@ -5,6 +5,7 @@
 #include <nccl.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,9 @@ namespace strata::torch_backend {
 [[noreturn]] void fail(int rank, const char* call, const std::string& what);
 // Throws with NCCL's last error unless `r` is ncclSuccess.
 void check(ncclResult_t r, int rank, const char* call);
+// Runs `calls` between ncclGroupStart and ncclGroupEnd; the group is closed even
+// when one of them throws.
+void grouped(int rank, const char* call, const std::function<void()>& calls);
 
 // One CPU dense tensor per call, as NCCL's process group takes one per device.
 const at::Tensor& single(const std::vector<at::Tensor>& tensors, int rank, const char* call);

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "tensors.h"
+
 namespace strata::torch_backend {
 namespace {
 
@@ -118,16 +120,9 @@ void Worker::issue(Batch& batch) {
   if (batch.size() == 1) {
     batch[0].issue(comm_);
   } else {
-    if (ncclGroupStart() != ncclSuccess) throw std::runtime_error(ncclGetLastError(nullptr));
-    try {
+    grouped(rank_, "coalesced operations", [&] {
       for (Job& j : batch) j.issue(comm_);
-    } catch (...) {
-      ncclGroupEnd();
-      throw;
-    }
-    if (ncclGroupEnd() != ncclSuccess)
-      throw std::runtime_error(std::string("Strata backend: rank ") + std::to_string(rank_) + ": " +
-                               ncclGetLastError(nullptr));
+    });
   }
   for (Job& j : batch) j.finish();
 }
