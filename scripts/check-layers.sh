@@ -10,6 +10,7 @@
 #   perf/         includes only nccl.h, src/common, src/verify and its harness
 #   CUDA headers  only in src/device (and the tools and tests that drive a GPU)
 #   hwloc         only in src/topology/discover_hwloc.cc
+#   libibverbs    only in transports/ib (loaded with dlopen) and the tests' verbs device
 # Prints every include that crosses a layer on purpose, with the reason, then the
 # violations; exits 1 if there are any.
 set -uo pipefail
@@ -67,6 +68,10 @@ done < <(grep -rln --include='*.h' --include='*.cc' -E '#include <(cuda|cuda_run
 while IFS= read -r hit; do
   [[ $hit == src/topology/discover_hwloc.cc ]] || bad "$hit includes hwloc (only src/topology/discover_hwloc.cc may)"
 done < <(grep -rl --include='*.h' --include='*.cc' '#include <hwloc' src algorithms transports tools 2>/dev/null)
+
+while IFS= read -r hit; do
+  case $hit in transports/ib/*|tests/verbs_emu/*|tests/unit/ib_test.cc) ;; *) bad "$hit includes libibverbs (only transports/ib may)";; esac
+done < <(grep -rl --include='*.h' --include='*.cc' '#include <infiniband/' src algorithms transports tools tests perf integrations 2>/dev/null)
 
 echo "layer check: includes that cross a layer on purpose:"
 echo "  transports/cuda_ipc -> topology/local.h, topology/planner.h: peer-to-peer policy (NCCL_P2P_LEVEL) is a path class in the node's topology"

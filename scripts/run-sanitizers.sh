@@ -13,7 +13,8 @@ set -euo pipefail
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 cd "$(dirname "$0")/.."
 stages=${STRATA_SANITIZER_STAGES:-asan ubsan tsan fuzz}
-targets=(unit_tests core_tests task_tests topology_tests transport_conformance lifetime_test stress_test)
+targets=(unit_tests core_tests task_tests topology_tests transport_conformance lifetime_test stress_test ib_tests
+  strata_verbs_emu)
 fuzz_targets=$(sed -n 's/^  \(fuzz_[a-z_]*\):.*/\1/p' tests/fuzz/CMakeLists.txt)
 for stage in $stages; do
   start=$SECONDS
@@ -30,7 +31,7 @@ for stage in $stages; do
     cmake --build "build-$stage" -j "$(nproc)" --target "${targets[@]}"
     skip='^abi_|^dropin_'  # header and ABI checks: compiled in the main suite, nothing to sanitize
     # TSan: no forked processes, and no simulated GPUs (their fixed address range is TSan's shadow memory)
-    [ "$stage" = tsan ] && skip="$skip|/shm|/socket|processes|Processes|fakenodes|cuda_ipc|\\.sim|net_plugin"
+    [ "$stage" = tsan ] && skip="$skip|/shm|/socket|processes|Processes|fakenodes|cuda_ipc|\\.sim|net_plugin|conformance\\.ib"
     (cd "build-$stage" && ctest -j "$(nproc)" --output-on-failure --timeout 900 -L 'unit|transport' -E "$skip")
     (cd "build-$stage" && ctest -j "$(nproc)" --output-on-failure --timeout 900 -R Lifetime -E "$skip")
     ops=300

@@ -134,6 +134,28 @@ std::vector<ChaosCase> netPluginCases() {
 INSTANTIATE_TEST_SUITE_P(NetPlugin, ChaosKill, ::testing::ValuesIn(netPluginCases()),
                          [](const auto& info) { return info.param.name; });
 
+// The same over Strata's IB transport on the user-space verbs device (tests/verbs_emu):
+// a peer killed mid-transfer is a retry-exceeded completion or the closed setup
+// stream, named, within the same bounds.
+std::vector<ChaosCase> ibCases() {
+  auto enter = [](int rank) {
+    setenv("NCCL_HOSTID", ("fake-node" + std::to_string(rank % 2)).c_str(), 1);
+    setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+    setenv("STRATA_IBVERBS_LIB", STRATA_TEST_PLUGIN_DIR "/libstrata-verbs-emu.so", 1);
+    setenv("NCCL_NET", "IB", 1);
+    reloadEnvironment();
+    return std::string();
+  };
+  std::vector<ChaosCase> cases;
+  for (Phase p : {Phase::kAllReduce, Phase::kAllGather, Phase::kSendRecv})
+    cases.push_back({std::string(phaseName(p)) + "_over_ib", p, SIGKILL, kVictim, 200, true, {}, enter});
+  cases.push_back({"stopped_all_reduce_over_ib", Phase::kAllReduce, SIGSTOP, kVictim, 200, true, {}, enter});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ib, ChaosKill, ::testing::ValuesIn(ibCases()),
+                         [](const auto& info) { return info.param.name; });
+
 // The bootstrap root lives in the process that made the unique id. Killed after
 // init, the job goes on: collectives and a split (which needs no root) work.
 TEST(ChaosRoot, KilledAfterInitTheJobGoesOn) {

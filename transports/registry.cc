@@ -6,6 +6,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "transports/cuda_ipc/cuda_ipc_transport.h"
+#include "transports/ib/ib_network.h"
 #include "transports/loopback/loopback_transport.h"
 #include "transports/net/net_transport.h"
 #include "transports/net/plugin.h"
@@ -20,11 +21,14 @@ const std::vector<Transport*>& transports() {
     static shm::ShmTransport shm;
     static socket::SocketTransport socket;
     static cuda_ipc::CudaIpcTransport cudaIpc;
-    static net::NetTransport netPlugin;
+    static net::NetTransport netPlugin("net", net::pluginNetwork);
+    static net::NetTransport ib("ib", ib::ibNetwork);
     std::vector<Transport*> l{&loopback};
     if (!config().shmDisable) l.push_back(&shm);
     l.push_back(&cudaIpc);
-    if (net::pluginNetwork()) l.push_back(&netPlugin);  // an NCCL net plugin, before the built-in TCP
+    // Between nodes, as NCCL: an NCCL net plugin, else InfiniBand/RoCE, else TCP.
+    if (net::pluginNetwork()) l.push_back(&netPlugin);
+    else if (ib::ibNetwork()) l.push_back(&ib);
     // NCCL_NET names the one network between nodes; "Socket" is the built-in TCP one.
     if (config().netName.empty() || strcasecmp(config().netName.c_str(), "Socket") == 0) l.push_back(&socket);
     return l;
@@ -66,9 +70,15 @@ bool needsPolling() {
   return false;
 }
 
+// The network between nodes in use (a plugin's, else IB's), or null for TCP.
+static net::Network* activeNetwork() { return net::pluginNetwork() ? net::pluginNetwork() : ib::ibNetwork(); }
+
 double networkGBps() {
-  net::Network* n = net::pluginNetwork();
-  return n && n->devices() > 0 ? n->properties(0).speedMbps / 8000.0 : 0;
+  net::Network* n = activeNetwork();
+  if (!n) return 0;
+  double mbps = 0;  // a node's rails together
+  for (int d = 0; d < n->devices(); ++d) mbps += n->properties(d).speedMbps;
+  return mbps / 8000.0;
 }
 
 Transport& selectTransport(const PeerInfo& self, const PeerInfo& peer, uint32_t required) {
@@ -79,7 +89,7 @@ Transport& selectTransport(const PeerInfo& self, const PeerInfo& peer, uint32_t 
          "NCCL_NET=%s: no network of that name is available to connect rank %d (%s) and rank %d (%s) (loaded: %s; "
          "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET says why)",
          config().netName.c_str(), self.rank, self.hostname, peer.rank, peer.hostname,
-         net::pluginNetwork() ? net::pluginNetwork()->name().c_str() : "no net plugin");
+         activeNetwork() ? activeNetwork()->name().c_str() : "no net plugin, no IB device");
   fail(ncclInternalError, "no transport with capabilities 0x%x can connect rank %d (%s, pid %d) and rank %d (%s, pid %d)",
        required, self.rank, self.hostname, self.pid, peer.rank, peer.hostname, peer.pid);
 }

@@ -184,6 +184,19 @@ Config Config::parse(const std::function<const char*(const char*)>& lookup) {
   c.netPluginSet = p.get("NCCL_NET_PLUGIN") != nullptr;
   p.str("NCCL_NET_PLUGIN", &c.netPlugin);
   p.str("NCCL_NET", &c.netName);
+  p.flag("NCCL_IB_DISABLE", &c.ibDisable);
+  p.str("NCCL_IB_HCA", &c.ibHca);
+  p.integer("NCCL_IB_GID_INDEX", &c.ibGidIndex, -1, 1 << 16);
+  p.integer("NCCL_IB_ROCE_VERSION_NUM", &c.ibRoceVersion, 1, 2);
+  p.integer("NCCL_IB_TC", &c.ibTc, 0, 255);
+  p.integer("NCCL_IB_SL", &c.ibSl, 0, 15);
+  p.integer("NCCL_IB_TIMEOUT", &c.ibTimeout, 1, 31);
+  p.integer("NCCL_IB_RETRY_CNT", &c.ibRetryCnt, 0, 7);
+  p.integer("NCCL_IB_QPS_PER_CONNECTION", &c.ibQpsPerConnection, 1, 16);
+  p.flag("NCCL_IB_SPLIT_DATA_ON_QPS", &c.ibSplitDataOnQps);
+  p.integer("NCCL_IB_PCI_RELAXED_ORDERING", &c.ibPciRelaxedOrdering, 0, 2);
+  p.str("NCCL_NET_GDR_LEVEL", &c.netGdrLevel);
+  p.str("STRATA_IBVERBS_LIB", &c.ibverbsLib);
   if (c.minChannels > c.maxChannels) {
     c.warnings.push_back(format("NCCL_MIN_NCHANNELS=%d exceeds NCCL_MAX_NCHANNELS=%d; using %d", c.minChannels,
                                 c.maxChannels, c.maxChannels));

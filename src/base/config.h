@@ -59,7 +59,20 @@ struct Config {
   int spinCount = 2000;                     // STRATA_SPIN: polls before a waiting rank yields, then sleeps
   std::string netPlugin;                    // NCCL_NET_PLUGIN: net plugins to load (name, file, path; comma list;
   bool netPluginSet = false;                //   "none"); unset: libnccl-net.so if there is one
-  std::string netName;                      // NCCL_NET: the network to use, by name (a plugin's, or "Socket")
+  std::string netName;                      // NCCL_NET: the network to use, by name (a plugin's, "IB" or "Socket")
+  bool ibDisable = false;                   // NCCL_IB_DISABLE=1: no InfiniBand/RoCE network
+  std::string ibHca;                        // NCCL_IB_HCA: devices to use (prefix list, ^ excludes, = exact, :port)
+  int ibGidIndex = -1;                      // NCCL_IB_GID_INDEX: RoCE GID (-1: the first of NCCL_IB_ROCE_VERSION_NUM)
+  int ibRoceVersion = 2;                    // NCCL_IB_ROCE_VERSION_NUM: RoCE version the GID is chosen for (1, 2)
+  int ibTc = 0;                             // NCCL_IB_TC: traffic class (RoCE)
+  int ibSl = 0;                             // NCCL_IB_SL: service level (InfiniBand)
+  int ibTimeout = 20;                       // NCCL_IB_TIMEOUT: QP ack timeout, 4.096 us x 2^N (NCCL's default 20)
+  int ibRetryCnt = 7;                       // NCCL_IB_RETRY_CNT: QP retries
+  int ibQpsPerConnection = 1;               // NCCL_IB_QPS_PER_CONNECTION: queue pairs per connection (1-16)
+  bool ibSplitDataOnQps = false;            // NCCL_IB_SPLIT_DATA_ON_QPS=1: each message split over them (else round robin)
+  int ibPciRelaxedOrdering = 2;             // NCCL_IB_PCI_RELAXED_ORDERING: 0 off, 1 on, 2 where supported
+  std::string netGdrLevel;                  // NCCL_NET_GDR_LEVEL: worst path for GPUDirect RDMA (LOC..SYS; unset PXB)
+  std::string ibverbsLib = "libibverbs.so.1";  // STRATA_IBVERBS_LIB: the verbs library (tests: the emulator)
 
   std::vector<std::string> warnings;        // problems met while parsing; logged once logging is up
   std::vector<std::string> confFiles;       // NCCL configuration files read (NCCL_CONF_FILE, ~/.nccl.conf, /etc/nccl.conf)

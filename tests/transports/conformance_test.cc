@@ -3,6 +3,7 @@
 // threads (transports that link ranks of one process) or as forked processes
 // (the others); every case a transport's capabilities do not offer is skipped
 // with the reason. A new transport joins by being in the registry.
+#include <algorithm>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -370,6 +371,7 @@ TEST_P(Conformance, PeerThatDies) {
         void* slot = nullptr;
         if (!within([&] { return (slot = out.trySlot()) != nullptr; })) return "no slot";
         out.post(0);
+        within([&] { return out.flushed(); });  // posted is not sent: an RDMA write may still be queued here
         kill(getpid(), SIGKILL);
         return "";
       },
@@ -431,6 +433,15 @@ std::vector<std::string> registered() {
 
 INSTANTIATE_TEST_SUITE_P(Registered, Conformance, ::testing::ValuesIn(registered()),
                          [](const auto& info) { return info.param; });
+
+// A variant that runs the suite on one transport names it (STRATA_CONFORMANCE_EXPECT),
+// so that a transport missing from the registry fails instead of running nothing.
+TEST(ConformanceSetup, ExpectedTransportIsRegistered) {
+  const char* want = getenv("STRATA_CONFORMANCE_EXPECT");
+  if (!want) GTEST_SKIP() << "no STRATA_CONFORMANCE_EXPECT";
+  std::vector<std::string> names = registered();
+  EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want << " is not registered";
+}
 
 }  // namespace
 }  // namespace strata::transport

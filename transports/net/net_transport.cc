@@ -11,15 +11,9 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "transports/net/nccl_net.h"
-#include "transports/net/plugin.h"
 
 namespace strata::transport::net {
 namespace {
-
-class NetConnection;
-std::mutex gLiveMutex;
-std::set<NetConnection*> gLive;
-std::atomic<int> gLiveCount{0};
 
 int deviceFor(Network& net, const PeerInfo& self) {
   int n = net.devices();
@@ -29,15 +23,27 @@ int deviceFor(Network& net, const PeerInfo& self) {
 
 // What both ends share: the slots in registered memory, the rank's counters, and
 // the failure that ends the connection (a network error: the peer is gone).
+// Aborts within a second of each other share one window of half a second.
+std::chrono::steady_clock::time_point abortWindowEnd() {
+  static std::mutex mu;
+  static std::chrono::steady_clock::time_point end;
+  std::lock_guard<std::mutex> lock(mu);
+  auto now = std::chrono::steady_clock::now();
+  if (now > end + std::chrono::seconds(1)) end = now + std::chrono::milliseconds(500);
+  return end;
+}
+
+}  // namespace
+
 class NetConnection {
  public:
-  NetConnection(const ConnectRequest& req, Network& net)
-      : net_(net), slotBytes_(req.slotBytes), slots_(req.slots), memory_(slotBytes_ * slots_), sizes_(slots_),
-        requests_(slots_, nullptr), self_(req.self->rank), peer_(req.peer->rank) {
+  NetConnection(const ConnectRequest& req, Network& net, LiveConnections& live)
+      : net_(net), live_(live), slotBytes_(req.slotBytes), slots_(req.slots), memory_(slotBytes_ * slots_),
+        sizes_(slots_), requests_(slots_, nullptr), self_(req.self->rank), peer_(req.peer->rank) {
     dev_ = deviceFor(net, *req.self);
-    std::lock_guard<std::mutex> lock(gLiveMutex);
-    gLive.insert(this);
-    gLiveCount.fetch_add(1);
+    std::lock_guard<std::mutex> lock(live_.mu);
+    live_.set.insert(this);
+    live_.count.fetch_add(1);
   }
   virtual ~NetConnection() { retire(); }
   // From any rank's sweep: moves what the network allows, unless another thread is
@@ -49,10 +55,10 @@ class NetConnection {
 
  protected:
   // Out of the sweep: once this returns no other thread is progressing it (a sweep
-  // holds gLiveMutex throughout). The derived destructors call it before closing.
+  // holds live_.mu throughout). The derived destructors call it before closing.
   void retire() {
-    std::lock_guard<std::mutex> lock(gLiveMutex);
-    if (gLive.erase(this)) gLiveCount.fetch_sub(1);
+    std::lock_guard<std::mutex> lock(live_.mu);
+    if (live_.set.erase(this)) live_.count.fetch_sub(1);
   }
   void progressLocked() {
     if (failed_) return;
@@ -84,6 +90,7 @@ class NetConnection {
   }
 
   Network& net_;
+  LiveConnections& live_;
   int dev_ = 0;
   size_t slotBytes_;
   int slots_;
@@ -96,15 +103,19 @@ class NetConnection {
   std::mutex mu_;
 };
 
+namespace {
+
 class NetSend final : public NetConnection, public SendConnection {
  public:
-  NetSend(const ConnectRequest& req, Network& net, const std::string& handle) : NetConnection(req, net) {
+  NetSend(const ConnectRequest& req, Network& net, LiveConnections& live, const std::string& handle)
+      : NetConnection(req, net, live) {
     STRATA_REQUIRE(handle.size() == kHandleBytes, ncclInternalError, "net transport: a handle of %zu bytes",
                    handle.size());
     memcpy(handle_, handle.data(), kHandleBytes);
   }
   ~NetSend() override {
     retire();
+    if (!comm_) net_.cancelConnect(handle_);
     closeComm(comm_, &Network::closeSend);
   }
 
@@ -121,11 +132,12 @@ class NetSend final : public NetConnection, public SendConnection {
   }
   size_t slotBytes() const override { return slotBytes_; }
   // The receiver learns of it from its network, when the connection ends: one not
-  // up yet is brought up first (for at most a second), so that there is one to end.
+  // up yet is brought up first, so that there is one to end. The connections that
+  // abort together share half a second for that (a stopped receiver never answers).
   void abort() override {
     std::lock_guard<std::mutex> lock(mu_);
     failed_ = true;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    auto deadline = abortWindowEnd();
     while (!comm_ && std::chrono::steady_clock::now() < deadline) {
       try {
         comm_ = net_.connect(dev_, handle_);
@@ -134,6 +146,7 @@ class NetSend final : public NetConnection, public SendConnection {
       }
       if (!comm_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
+    if (!comm_) net_.cancelConnect(handle_);
     closeComm(comm_, &Network::closeSend);
     comm_ = nullptr;
   }
@@ -168,7 +181,8 @@ class NetSend final : public NetConnection, public SendConnection {
 
 class NetRecv final : public NetConnection, public RecvConnection {
  public:
-  NetRecv(const ConnectRequest& req, Network& net, std::string* handle) : NetConnection(req, net) {
+  NetRecv(const ConnectRequest& req, Network& net, LiveConnections& live, std::string* handle)
+      : NetConnection(req, net, live) {
     char h[kHandleBytes] = {};
     listen_ = net.listen(dev_, h);
     handle->assign(h, kHandleBytes);
@@ -241,24 +255,24 @@ class NetRecv final : public NetConnection, public RecvConnection {
 }  // namespace
 
 bool NetTransport::canConnect(const PeerInfo& self, const PeerInfo& peer) const {
-  return !self.sameHost(peer) && pluginNetwork() != nullptr;
+  return !self.sameHost(peer) && network() != nullptr;
 }
 
 std::unique_ptr<RecvConnection> NetTransport::listen(const ConnectRequest& req, std::string* handle) {
-  return std::make_unique<NetRecv>(req, *pluginNetwork(), handle);
+  return std::make_unique<NetRecv>(req, *network(), live_, handle);
 }
 
 std::unique_ptr<SendConnection> NetTransport::connect(const ConnectRequest& req, const std::string& handle) {
-  return std::make_unique<NetSend>(req, *pluginNetwork(), handle);
+  return std::make_unique<NetSend>(req, *network(), live_, handle);
 }
 
 bool NetTransport::progress() {
-  if (gLiveCount.load(std::memory_order_relaxed) == 0) return false;
-  std::lock_guard<std::mutex> lock(gLiveMutex);
-  for (NetConnection* c : gLive) c->progressIfFree();
-  return !gLive.empty();
+  if (live_.count.load(std::memory_order_relaxed) == 0) return false;
+  std::lock_guard<std::mutex> lock(live_.mu);
+  for (NetConnection* c : live_.set) c->progressIfFree();
+  return !live_.set.empty();
 }
 
-bool NetTransport::active() const { return gLiveCount.load(std::memory_order_relaxed) > 0; }
+bool NetTransport::active() const { return live_.count.load(std::memory_order_relaxed) > 0; }
 
 }  // namespace strata::transport::net

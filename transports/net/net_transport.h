@@ -1,17 +1,34 @@
-// Connections between nodes over a Network (network.h): today an external NCCL
-// net plugin (plugin.h). Each connection is a ring of slots on both ends, in
+// Connections between nodes over a Network (network.h): an external NCCL net
+// plugin (plugin.h) or Strata's IB network (transports/ib), one instance each. Each connection is a ring of slots on both ends, in
 // memory registered with the network; the receiver keeps a receive posted for
 // every free slot, the sender sends each posted slot, and the network moves the
 // bytes. Progressed by the ranks' threads, like the socket transport.
 #pragma once
 
+#include <atomic>
+#include <mutex>
+#include <set>
+
+#include "transports/net/network.h"
 #include "transports/transport.h"
 
 namespace strata::transport::net {
 
+class NetConnection;
+
+// The connections of one NetTransport that its progress() sweeps.
+struct LiveConnections {
+  std::mutex mu;
+  std::set<NetConnection*> set;
+  std::atomic<int> count{0};
+};
+
 class NetTransport final : public Transport {
  public:
-  const char* name() const override { return "net"; }
+  // `network` returns the network (null when this process has none); called on every use.
+  NetTransport(const char* name, Network* (*network)()) : name_(name), network_(network) {}
+  const char* name() const override { return name_; }
+  Network* network() const { return network_(); }
   uint32_t capabilities() const override { return kSlots | kNeedsPolling; }
   // Ranks on different hosts, when a network is loaded.
   bool canConnect(const PeerInfo& self, const PeerInfo& peer) const override;
@@ -19,6 +36,11 @@ class NetTransport final : public Transport {
   std::unique_ptr<SendConnection> connect(const ConnectRequest& req, const std::string& handle) override;
   bool progress() override;
   bool active() const override;
+
+ private:
+  const char* name_;
+  Network* (*network_)();
+  LiveConnections live_;
 };
 
 }  // namespace strata::transport::net

@@ -49,6 +49,9 @@ class Network {
   virtual void closeSend(void* comm) = 0;
   virtual void closeRecv(void* comm) = 0;
   virtual void closeListen(void* comm) = 0;
+  // The sender gives up a connect() that has not returned a comm: frees what the
+  // network keeps in `handle` for it (NCCL's plugins have no such call).
+  virtual void cancelConnect(void* handle) { (void)handle; }
 };
 
 }  // namespace strata::transport::net

@@ -1,0 +1,292 @@
+// The IB network's parts: NCCL_IB_HCA, port rates, the registration cache, and the
+// network itself over the user-space verbs device (tests/verbs_emu), in one process:
+// data lands in the receiver's own buffer, a steady loop registers nothing, sizes
+// and a peer that goes away fail with named errors.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "base/config.h"
+#include "base/error.h"
+#include "transports/ib/hca_filter.h"
+#include "transports/ib/ib_network.h"
+#include "transports/ib/mr_cache.h"
+#include "transports/net/nccl_net.h"
+
+namespace strata::transport::ib {
+namespace {
+
+// Before anything reads the configuration: the emulator is the verbs library.
+const int kEnv = [] {
+  setenv("STRATA_IBVERBS_LIB", STRATA_VERBS_EMU_PATH, 0);
+  setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+  return 0;
+}();
+
+TEST(HcaFilter, PrefixExactExcludeAndPorts) {
+  EXPECT_TRUE(HcaFilter("").selects("mlx5_3", 1));
+  HcaFilter prefix("mlx5_1");
+  EXPECT_TRUE(prefix.selects("mlx5_1", 1));
+  EXPECT_TRUE(prefix.selects("mlx5_10", 2));
+  EXPECT_FALSE(prefix.selects("mlx5_0", 1));
+  HcaFilter exact("=mlx5_1");
+  EXPECT_TRUE(exact.selects("mlx5_1", 1));
+  EXPECT_FALSE(exact.selects("mlx5_10", 1));
+  HcaFilter ports("mlx5_0:1,mlx5_1:2");
+  EXPECT_TRUE(ports.selects("mlx5_0", 1));
+  EXPECT_FALSE(ports.selects("mlx5_0", 2));
+  EXPECT_TRUE(ports.selects("mlx5_1", 2));
+  EXPECT_FALSE(ports.selects("mlx5_1", 1));
+  HcaFilter exclude("^mlx5_0");
+  EXPECT_FALSE(exclude.selects("mlx5_0", 1));
+  EXPECT_FALSE(exclude.selects("mlx5_01", 1));
+  EXPECT_TRUE(exclude.selects("mlx5_1", 1));
+  HcaFilter excludeExactPort("^=mlx5_0:2");
+  EXPECT_TRUE(excludeExactPort.selects("mlx5_0", 1));
+  EXPECT_FALSE(excludeExactPort.selects("mlx5_0", 2));
+  EXPECT_TRUE(excludeExactPort.selects("mlx5_01", 2));
+}
+
+TEST(PortRate, FromSpeedAndWidthCodes) {
+  EXPECT_EQ(portRateMbps(32, 2), 100000);   // EDR 4x
+  EXPECT_EQ(portRateMbps(64, 2), 200000);   // HDR 4x
+  EXPECT_EQ(portRateMbps(128, 2), 400000);  // NDR 4x
+  EXPECT_EQ(portRateMbps(64, 16), 100000);  // HDR 2x
+  EXPECT_EQ(portRateMbps(16, 1), 14000);    // FDR 1x
+  EXPECT_EQ(portRateMbps(3, 2), 0);
+  EXPECT_EQ(portRateMbps(32, 3), 0);
+}
+
+struct FakeDevice {
+  std::vector<std::pair<uintptr_t, size_t>> live;
+  int registrations = 0, deregistrations = 0;
+  bool refuse = false;
+  MrCache cache{[this](void* b, size_t n) -> void* {
+                  if (refuse) {
+                    errno = ENOMEM;
+                    return nullptr;
+                  }
+                  ++registrations;
+                  live.emplace_back(reinterpret_cast<uintptr_t>(b), n);
+                  return reinterpret_cast<void*>(static_cast<uintptr_t>(registrations));
+                },
+                [this](void*) { ++deregistrations; }, 1 << 20};
+};
+
+TEST(MrCache, WholePagesSharedAndReferenceCounted) {
+  FakeDevice d;
+  alignas(4096) static char buf[4 * 4096];
+  void* a = d.cache.acquire(buf + 10, 100);
+  ASSERT_EQ(d.live.size(), 1u);
+  EXPECT_EQ(d.live[0].first, reinterpret_cast<uintptr_t>(buf));
+  EXPECT_EQ(d.live[0].second, 4096u);
+  void* b = d.cache.acquire(buf + 2000, 2096);  // inside the same page: the same registration
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(d.registrations, 1);
+  EXPECT_EQ(d.cache.counters().hits, 1u);
+  void* c = d.cache.acquire(buf + 4000, 200);  // crosses into the next page: a new one
+  EXPECT_NE(c, a);
+  EXPECT_EQ(d.live.back().second, 8192u);
+  d.cache.release(a);
+  EXPECT_EQ(d.deregistrations, 0);  // b still holds it
+  d.cache.release(b);
+  EXPECT_EQ(d.deregistrations, 1);  // the last release ends it: nothing pins freed memory
+  d.cache.release(c);
+  EXPECT_EQ(d.deregistrations, 2);
+  EXPECT_EQ(d.cache.counters().bytes, 0u);
+  void* again = d.cache.acquire(buf, 4096);  // after release, a fresh registration
+  EXPECT_EQ(d.registrations, 3);
+  d.cache.release(again);
+}
+
+TEST(MrCache, LimitAndRefusalsAreNamedErrors) {
+  FakeDevice d;
+  static std::vector<char> big(3 << 20);
+  try {
+    d.cache.acquire(big.data(), 2 << 20);
+    FAIL() << "over the limit";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ncclInvalidUsage);
+    EXPECT_NE(std::string(e.what()).find("over the limit"), std::string::npos) << e.what();
+  }
+  d.refuse = true;
+  try {
+    d.cache.acquire(big.data(), 100);
+    FAIL() << "refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ncclSystemError);
+    EXPECT_NE(std::string(e.what()).find("ibv_reg_mr"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(d.cache.release(reinterpret_cast<void*>(99)), Error);
+}
+
+// A connected pair over the emulator: listen, connect and accept polled to completion.
+struct Link {
+  net::Network* net = ibNetwork();
+  void* listen = nullptr;
+  void* send = nullptr;
+  void* recv = nullptr;
+  Link() {
+    if (!net) return;
+    char handle[net::kHandleBytes] = {};
+    listen = net->listen(0, handle);
+    for (int i = 0; i < 100000 && !(send && recv); ++i) {
+      if (!send) send = net->connect(0, handle);
+      if (!recv) recv = net->accept(listen);
+    }
+  }
+  ~Link() {
+    if (send) net->closeSend(send);
+    if (recv) net->closeRecv(recv);
+    if (listen) net->closeListen(listen);
+  }
+  // isend until the receiver's FIFO entry has arrived (null after `seconds`).
+  void* post(void* data, size_t bytes, int tag, void* mh, double seconds = 5) {
+    auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    void* s = nullptr;
+    while (!s && std::chrono::steady_clock::now() < end) s = net->isend(this->send, data, bytes, tag, mh);
+    return s;
+  }
+  bool wait(void* req, size_t* bytes, double seconds = 5) {
+    auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (std::chrono::steady_clock::now() < end)
+      if (net->test(req, bytes)) return true;
+    return false;
+  }
+};
+
+TEST(IbNetwork, OverTheEmulatorMessagesLandInTheReceiversBufferAndNothingRegistersInTheLoop) {
+  Link l;
+  ASSERT_NE(l.net, nullptr) << "no IB network over " << config().ibverbsLib;
+  ASSERT_TRUE(l.send && l.recv);
+  EXPECT_EQ(l.net->name(), "IB");
+  EXPECT_EQ(l.net->properties(0).name, "semu0");
+  EXPECT_EQ(l.net->properties(0).speedMbps, 100000);
+  std::vector<uint32_t> src(1 << 18), dst(1 << 18);
+  void* smh = l.net->regMr(l.send, src.data(), src.size() * 4, net::abi::kPtrHost);
+  void* rmh = l.net->regMr(l.recv, dst.data(), dst.size() * 4, net::abi::kPtrHost);
+  Counters before = counters();
+  for (int it = 0; it < 50; ++it) {
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint32_t>(it * 1000003 + i);
+    size_t bytes = (src.size() - static_cast<size_t>(it)) * 4;  // sizes differ, offsets stay
+    void* r = nullptr;
+    while (!(r = l.net->irecv(l.recv, dst.data(), dst.size() * 4, 0, rmh))) {
+    }
+    void* s = l.post(src.data(), bytes, 0, smh);
+    ASSERT_NE(s, nullptr) << "the receive never reached the sender's FIFO";
+    size_t got = 0, sent = 0;
+    ASSERT_TRUE(l.wait(r, &got));
+    ASSERT_TRUE(l.wait(s, &sent));
+    ASSERT_EQ(got, bytes);
+    ASSERT_EQ(sent, bytes);
+    for (size_t i = 0; i < bytes / 4; ++i) ASSERT_EQ(dst[i], src[i]) << "iteration " << it << " word " << i;
+  }
+  Counters after = counters();
+  EXPECT_EQ(after.registrations, before.registrations);  // registered once, before the loop
+  EXPECT_EQ(after.messagesSent - before.messagesSent, 50u);
+  EXPECT_EQ(after.dataWrites - before.dataWrites, 50u);  // one RDMA write each, straight into dst
+  EXPECT_EQ(after.fifoWrites - before.fifoWrites, 50u);
+  l.net->deregMr(l.send, smh);
+  l.net->deregMr(l.recv, rmh);
+}
+
+TEST(IbNetwork, SplitOverQueuePairsReassemblesOddSizes) {
+  setenv("NCCL_IB_QPS_PER_CONNECTION", "4", 1);
+  setenv("NCCL_IB_SPLIT_DATA_ON_QPS", "1", 1);
+  reloadConfig();
+  Link l;
+  unsetenv("NCCL_IB_QPS_PER_CONNECTION");
+  unsetenv("NCCL_IB_SPLIT_DATA_ON_QPS");
+  reloadConfig();
+  ASSERT_TRUE(l.send && l.recv);
+  std::vector<char> src(1000003), dst(1000003, 0);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>(i * 31 + 7);
+  void* smh = l.net->regMr(l.send, src.data(), src.size(), net::abi::kPtrHost);
+  void* rmh = l.net->regMr(l.recv, dst.data(), dst.size(), net::abi::kPtrHost);
+  Counters before = counters();
+  for (size_t bytes : {size_t(1000003), size_t(1), size_t(0), size_t(513)}) {
+    void* r = l.net->irecv(l.recv, dst.data(), dst.size(), 3, rmh);
+    ASSERT_NE(r, nullptr);
+    void* s = l.post(src.data(), bytes, 3, smh);
+    ASSERT_NE(s, nullptr);
+    size_t got = 99;
+    ASSERT_TRUE(l.wait(r, &got));
+    ASSERT_TRUE(l.wait(s, nullptr));
+    EXPECT_EQ(got, bytes);
+    EXPECT_EQ(memcmp(dst.data(), src.data(), bytes), 0);
+  }
+  EXPECT_EQ(counters().dataWrites - before.dataWrites, 16u);  // four queue pairs, four messages
+  l.net->deregMr(l.send, smh);
+  l.net->deregMr(l.recv, rmh);
+}
+
+TEST(IbNetwork, AMessageLargerThanTheReceiveIsRefusedWithBothSizes) {
+  Link l;
+  ASSERT_TRUE(l.send && l.recv);
+  std::vector<char> src(4096), dst(100);
+  void* smh = l.net->regMr(l.send, src.data(), src.size(), net::abi::kPtrHost);
+  void* rmh = l.net->regMr(l.recv, dst.data(), dst.size(), net::abi::kPtrHost);
+  ASSERT_NE(l.net->irecv(l.recv, dst.data(), dst.size(), 0, rmh), nullptr);
+  try {
+    l.post(src.data(), 1000, 0, smh);
+    FAIL() << "sent 1000 bytes into a receive of 100";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ncclInvalidUsage);
+    EXPECT_NE(std::string(e.what()).find("1000 bytes to a receive of 100"), std::string::npos) << e.what();
+  }
+  l.net->deregMr(l.send, smh);
+  l.net->deregMr(l.recv, rmh);
+}
+
+TEST(IbNetwork, APeerThatClosesIsARemoteErrorWithinASecond) {
+  Link l;
+  ASSERT_TRUE(l.send && l.recv);
+  std::vector<char> dst(4096);
+  void* rmh = l.net->regMr(l.recv, dst.data(), dst.size(), net::abi::kPtrHost);
+  void* r = l.net->irecv(l.recv, dst.data(), dst.size(), 0, rmh);
+  ASSERT_NE(r, nullptr);
+  l.net->closeSend(l.send);  // as a process that exits does
+  l.send = nullptr;
+  auto start = std::chrono::steady_clock::now();
+  try {
+    l.wait(r, nullptr, 3);
+    FAIL() << "the receive outlived its sender";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ncclRemoteError);
+    EXPECT_NE(std::string(e.what()).find("closed the connection"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  l.net->deregMr(l.recv, rmh);
+}
+
+TEST(IbNetwork, AQueuePairForcedIntoErrorFailsItsRequestsNamed) {
+  Link l;
+  ASSERT_TRUE(l.send && l.recv);
+  void* emu = dlopen(config().ibverbsLib.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(emu, nullptr);
+  auto failAll = reinterpret_cast<int (*)()>(dlsym(emu, "strata_verbs_emu_fail_all_qps"));
+  ASSERT_NE(failAll, nullptr);
+  std::vector<char> dst(4096);
+  void* rmh = l.net->regMr(l.recv, dst.data(), dst.size(), net::abi::kPtrHost);
+  void* r = l.net->irecv(l.recv, dst.data(), dst.size(), 0, rmh);
+  ASSERT_NE(r, nullptr);
+  EXPECT_GT(failAll(), 0);
+  auto start = std::chrono::steady_clock::now();
+  try {
+    l.wait(r, nullptr, 3);
+    FAIL() << "a receive on a queue pair in error completed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("QP 0x"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Flushed"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  l.net->deregMr(l.recv, rmh);
+}
+
+}  // namespace
+}  // namespace strata::transport::ib

@@ -1,0 +1,136 @@
+// The user-space verbs device's state (libstrata-verbs-emu.so, see emu_api.cc).
+// Every object embeds the rdma-core struct it stands for as its first member,
+// so the pointers handed out are the ones libibverbs' inline calls expect; the
+// context's ops table sends ibv_post_send / ibv_post_recv / ibv_poll_cq here.
+//
+// One lock guards everything; one thread per process (the "NIC", emu_nic.cc)
+// carries the wire: every RC queue pair that sends has one TCP stream to the
+// process owning the peer queue pair, found from the destination GID, which
+// encodes that process's IPv4 address and listening port.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace verbs_emu {
+
+struct Device {
+  ibv_device dev;
+  int index = 0;
+};
+
+struct Context {
+  ibv_context ctx;
+  Device* device = nullptr;
+};
+
+struct Pd {
+  ibv_pd pd;
+};
+
+struct Mr {
+  ibv_mr mr;
+  int access = 0;
+};
+
+struct Cq {
+  ibv_cq cq;
+  std::deque<ibv_wc> entries;
+  bool overrun = false;
+};
+
+struct SendWr {
+  uint64_t wrId = 0;
+  ibv_wr_opcode op = IBV_WR_SEND;
+  bool signaled = false;
+  std::vector<ibv_sge> sges;
+  std::string inlined;  // IBV_SEND_INLINE: the bytes, copied at post time
+  bool isInline = false;
+  uint64_t remoteAddr = 0;
+  uint32_t rkey = 0;
+  uint32_t imm = 0;  // network order, as the caller gave it
+  uint32_t bytes = 0;
+};
+
+struct RecvWr {
+  uint64_t wrId = 0;
+  std::vector<ibv_sge> sges;
+};
+
+// The requester's stream to the peer queue pair.
+struct Stream {
+  int fd = -1;
+  bool helloDone = false;  // the peer accepted the hello
+  std::string out;         // bytes not yet written
+  std::string in;          // response bytes not yet parsed
+  double retryUntil = 0;   // while the peer is not ready: when retries are exhausted
+  double nextTry = 0;
+};
+
+struct Qp {
+  ibv_qp qp;
+  ibv_qp_cap cap{};
+  bool sigAll = false;
+  uint32_t destQpn = 0;
+  ibv_gid destGid{};
+  int access = 0;  // qp_access_flags: what peers may do to this QP's memory
+  int timeout = 14, retryCnt = 7, rnrRetry = 7, minRnrTimer = 0;
+  std::deque<SendWr> pending;   // posted, not yet on the wire
+  std::deque<SendWr> inflight;  // on the wire, awaiting the response
+  std::deque<RecvWr> recvs;
+  Stream stream;
+};
+
+// One accepted stream: requests for one of this process's queue pairs.
+struct Responder {
+  int fd = -1;
+  uint32_t qpn = 0;     // the local queue pair, once the hello named it
+  bool hello = false;
+  std::string in;       // request bytes not yet applied
+  std::string out;      // responses not yet written
+  double rnrSince = 0;  // when the request at the head first found no receive posted
+  int rnrTries = 0;
+};
+
+struct State {
+  std::mutex mu;
+  std::vector<Device*> devices;
+  std::map<uint32_t, Qp*> qps;   // by qp_num
+  std::map<uint32_t, Mr*> mrs;   // by lkey; rkey = lkey ^ kRkeyBit
+  std::vector<Responder> responders;
+  uint32_t nextQpn = 0x100, nextKey = 0x1000;
+  int listenFd = -1;
+  uint32_t ip = 0;       // network order
+  uint16_t port = 0;     // host order
+  int wakeFd[2] = {-1, -1};
+  bool nicStarted = false;
+};
+
+constexpr uint32_t kRkeyBit = 0x00800000;
+
+State& state();
+double nowSec();
+
+// emu_nic.cc
+void startNic();  // under state().mu: the listener and the NIC thread, once
+void wakeNic();
+// One pass of the NIC under state().mu: waits up to timeoutMs for a stream to be
+// ready (unlocking meanwhile; 0: no wait), then moves what the ready ones allow.
+// The NIC thread loops on it; ibv_poll_cq on an empty CQ and every post call it
+// without waiting, so progress does not depend on the NIC thread being scheduled.
+void nicPassLocked(std::unique_lock<std::mutex>* lock, int timeoutMs);
+void setQpError(Qp* q);  // under state().mu: flushes everything outstanding
+void pushWc(Cq* cq, const ibv_wc& wc);
+// The GID a port reports at `index`: fe80::, the IPv4 address, the port, the device.
+ibv_gid localGid(int device, int index);
+
+// Looks up [addr, addr + len) under `lkey` in `pd`; null unless it lies inside.
+Mr* findLocal(ibv_pd* pd, uint32_t lkey, uint64_t addr, uint64_t len);
+
+}  // namespace verbs_emu

@@ -1,0 +1,584 @@
+// The emulated NIC: one thread per process that carries every queue pair's
+// requests over TCP and applies the requests peers send to this process's
+// memory, checking keys, ranges and access as hardware does.
+//
+// Wire, per requester queue pair (one TCP stream to the peer's process):
+//   hello {magic, src qpn, dst qpn}        -> {magic, 0 ready | 1 not ready}
+//   request {op, len, addr, rkey, imm, rnr_retry} [+ len bytes for writes and sends]
+//                                          -> {status, len} [+ len bytes for reads]
+// Responses come back in order; the requester completes its work requests in
+// the order they were posted.
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <set>
+#include <cmath>
+#include <thread>
+
+#include "emu.h"
+
+namespace verbs_emu {
+namespace {
+
+constexpr uint32_t kMagic = 0x53564d55;  // "SVMU"
+
+struct Hello {
+  uint32_t magic, srcQpn, dstQpn, pad;
+};
+struct HelloAck {
+  uint32_t magic, status;
+};
+struct Request {
+  uint32_t op, len;
+  uint64_t addr;
+  uint32_t rkey, imm, rnrRetry, pad;
+};
+struct Response {
+  uint32_t status, len;
+};
+
+// IB's RNR NAK timer encoding, in milliseconds (min_rnr_timer 0..31).
+const double kRnrMs[32] = {655.36, 0.01, 0.02, 0.03, 0.04,  0.06,  0.08,  0.12,  0.16,   0.24,   0.32,
+                           0.48,   0.64, 0.96, 1.28, 1.92,  2.56,  3.84,  5.12,  7.68,   10.24,  15.36,
+                           20.48,  30.72, 40.96, 61.44, 81.92, 122.88, 163.84, 245.76, 327.68, 491.52};
+
+// How long a requester retries a peer that does not answer: 4.096 us x 2^timeout
+// per try, retry_cnt + 1 tries (timeout 0 is "for ever": capped at a minute).
+double retryWindow(const Qp* q) {
+  if (q->timeout == 0) return 60;
+  return std::min(60.0, 4.096e-6 * std::pow(2.0, q->timeout) * (q->retryCnt + 1));
+}
+
+void setNonBlocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+uint32_t chooseAddress() {
+  const char* want = getenv("NCCL_SOCKET_IFNAME");
+  uint32_t found = htonl(INADDR_LOOPBACK);
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return found;
+  for (ifaddrs* i = list; i; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP)) continue;
+    bool loop = i->ifa_flags & IFF_LOOPBACK;
+    if (want && *want ? strncmp(i->ifa_name, want, strlen(want)) == 0 : !loop) {
+      found = reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr;
+      break;
+    }
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+// Stores in ascending address order, as PCIe posted writes land: a reader that
+// polls the last word of a small write sees the words before it.
+void landAscending(char* dst, const char* src, size_t n) {
+  if (n > 256) {
+    memcpy(dst, src, n);
+  } else {
+    for (size_t i = 0; i < n; ++i) __atomic_store_n(dst + i, src[i], __ATOMIC_RELAXED);
+  }
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+Mr* findRemote(ibv_pd* pd, uint32_t rkey, uint64_t addr, uint64_t len, int access) {
+  Mr* m = findLocal(pd, rkey ^ kRkeyBit, addr, len);
+  return m && m->mr.rkey == rkey && (m->access & access) ? m : nullptr;
+}
+
+// Writes what it can without blocking; false when the stream is broken.
+bool flushOut(int fd, std::string* out) {
+  while (!out->empty()) {
+    ssize_t n = send(fd, out->data(), out->size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      out->erase(0, static_cast<size_t>(n));
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      return true;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Reads what is there (up to `cap` buffered); false on end of stream or error.
+bool fillIn(int fd, std::string* in, size_t cap) {
+  char buf[1 << 16];
+  while (in->size() < cap) {
+    ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n > 0) {
+      in->append(buf, static_cast<size_t>(n));
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      return true;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+template <typename T>
+void append(std::string* s, const T& v) {
+  s->append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+ibv_wc_opcode wcOpcode(ibv_wr_opcode op) {
+  switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+      return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ:
+      return IBV_WC_RDMA_READ;
+    default:
+      return IBV_WC_SEND;
+  }
+}
+
+void completeSend(Qp* q, const SendWr& w, ibv_wc_status st, uint32_t len) {
+  if (st == IBV_WC_SUCCESS && !w.signaled) return;
+  ibv_wc wc{};
+  wc.wr_id = w.wrId;
+  wc.status = st;
+  wc.opcode = wcOpcode(w.op);
+  wc.byte_len = len;
+  wc.qp_num = q->qp.qp_num;
+  pushWc(reinterpret_cast<Cq*>(q->qp.send_cq), wc);
+}
+
+// The front work request failed with `st`: it completes so, the rest flush.
+void failFront(Qp* q, ibv_wc_status st) {
+  SendWr w = !q->inflight.empty() ? q->inflight.front() : q->pending.front();
+  if (!q->inflight.empty()) q->inflight.pop_front();
+  else q->pending.pop_front();
+  w.signaled = true;
+  completeSend(q, w, st, 0);
+  setQpError(q);
+}
+
+// ---- requester ----
+
+bool openStream(Qp* q) {
+  Stream& s = q->stream;
+  double now = nowSec();
+  if (now < s.nextTry) return true;
+  if (s.retryUntil == 0) s.retryUntil = now + retryWindow(q);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  memcpy(&a.sin_addr.s_addr, q->destGid.raw + 8, 4);
+  memcpy(&a.sin_port, q->destGid.raw + 12, 2);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  timeval tv{0, 100000};  // a peer that drops packets holds the NIC for at most 100 ms a try
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    s.nextTry = now + 0.001;
+    return now < s.retryUntil;
+  }
+  setNonBlocking(fd);
+  s.fd = fd;
+  s.helloDone = false;
+  s.in.clear();
+  s.out.clear();
+  append(&s.out, Hello{kMagic, q->qp.qp_num, q->destQpn, 0});
+  return true;
+}
+
+// Puts the pending work requests on the wire (reading their local memory now).
+bool transmit(Qp* q) {
+  while (!q->pending.empty() && q->stream.out.size() < (4u << 20)) {
+    SendWr& w = q->pending.front();
+    Request r{static_cast<uint32_t>(w.op), w.bytes, w.remoteAddr, w.rkey, w.imm, static_cast<uint32_t>(q->rnrRetry), 0};
+    std::string payload;
+    if (w.op != IBV_WR_RDMA_READ) {
+      if (w.isInline) payload = w.inlined;
+      for (const ibv_sge& g : w.sges) {
+        if (!findLocal(q->qp.pd, g.lkey, g.addr, g.length)) {
+          failFront(q, IBV_WC_LOC_PROT_ERR);
+          return false;
+        }
+        payload.append(reinterpret_cast<const char*>(g.addr), g.length);
+      }
+    }
+    append(&q->stream.out, r);
+    q->stream.out += payload;
+    q->inflight.push_back(std::move(w));
+    q->pending.pop_front();
+  }
+  return true;
+}
+
+// Scatters a read's data into the work request's local buffers.
+ibv_wc_status landRead(Qp* q, const SendWr& w, const char* data, uint32_t len) {
+  for (const ibv_sge& g : w.sges) {
+    Mr* m = findLocal(q->qp.pd, g.lkey, g.addr, g.length);
+    if (!m || !(m->access & IBV_ACCESS_LOCAL_WRITE)) return IBV_WC_LOC_PROT_ERR;
+    uint32_t n = std::min(len, g.length);
+    memcpy(reinterpret_cast<char*>(g.addr), data, n);
+    data += n;
+    len -= n;
+  }
+  return IBV_WC_SUCCESS;
+}
+
+void takeResponses(Qp* q) {
+  Stream& s = q->stream;
+  if (!s.helloDone) {
+    if (s.in.size() < sizeof(HelloAck)) return;
+    HelloAck ack;
+    memcpy(&ack, s.in.data(), sizeof(ack));
+    s.in.erase(0, sizeof(ack));
+    if (ack.status != 0) {  // the peer QP is not ready yet: try again, within the retry window
+      close(s.fd);
+      s.fd = -1;
+      s.nextTry = nowSec() + 0.001;
+      return;
+    }
+    s.helloDone = true;
+    s.retryUntil = 0;
+  }
+  while (s.in.size() >= sizeof(Response) && !q->inflight.empty()) {
+    Response r;
+    memcpy(&r, s.in.data(), sizeof(r));
+    SendWr& w = q->inflight.front();
+    bool read = w.op == IBV_WR_RDMA_READ;
+    if (read && r.status == IBV_WC_SUCCESS && s.in.size() < sizeof(r) + r.len) return;
+    ibv_wc_status st = static_cast<ibv_wc_status>(r.status);
+    if (read && st == IBV_WC_SUCCESS) st = landRead(q, w, s.in.data() + sizeof(r), r.len);
+    s.in.erase(0, sizeof(r) + (read && r.status == IBV_WC_SUCCESS ? r.len : 0));
+    if (st != IBV_WC_SUCCESS) {
+      failFront(q, st);
+      return;
+    }
+    completeSend(q, w, st, read ? r.len : w.bytes);
+    q->inflight.pop_front();
+  }
+}
+
+void driveRequester(Qp* q) {
+  if (q->qp.state != IBV_QPS_RTS) return;
+  Stream& s = q->stream;
+  if (s.fd < 0) {
+    if (q->pending.empty()) return;
+    if (!openStream(q)) {  // nobody answers within the retry window
+      failFront(q, IBV_WC_RETRY_EXC_ERR);
+      return;
+    }
+    if (s.fd < 0) return;
+  }
+  if (s.helloDone && !transmit(q)) return;
+  bool ok = flushOut(s.fd, &s.out) && fillIn(s.fd, &s.in, 64u << 20);
+  if (ok) {
+    takeResponses(q);
+    return;
+  }
+  close(s.fd);  // the peer's process is gone (or reset the stream)
+  s.fd = -1;
+  if (!q->inflight.empty()) failFront(q, IBV_WC_RETRY_EXC_ERR);
+  else if (!s.helloDone) s.nextTry = nowSec() + 0.001;
+}
+
+// ---- responder ----
+
+void respond(Responder& r, uint32_t status, const char* data = nullptr, uint32_t len = 0) {
+  append(&r.out, Response{status, data ? len : 0});
+  if (data) r.out.append(data, len);
+}
+
+void pushRecvWc(Qp* q, const RecvWr& rw, ibv_wc_status st, ibv_wc_opcode op, uint32_t len, const Request& req,
+                bool imm) {
+  ibv_wc wc{};
+  wc.wr_id = rw.wrId;
+  wc.status = st;
+  wc.opcode = op;
+  wc.byte_len = len;
+  wc.qp_num = q->qp.qp_num;
+  wc.src_qp = q->destQpn;
+  if (imm) {
+    wc.imm_data = req.imm;
+    wc.wc_flags = IBV_WC_WITH_IMM;
+  }
+  pushWc(reinterpret_cast<Cq*>(q->qp.recv_cq), wc);
+}
+
+// A send's bytes into the receive's buffers; false (and the responder's error) when they do not fit.
+ibv_wc_status scatter(Qp* q, const RecvWr& rw, const char* data, uint32_t len) {
+  uint64_t room = 0;
+  for (const ibv_sge& g : rw.sges) room += g.length;
+  if (room < len) return IBV_WC_LOC_LEN_ERR;
+  for (const ibv_sge& g : rw.sges) {
+    if (!len) break;
+    Mr* m = findLocal(q->qp.pd, g.lkey, g.addr, g.length);
+    if (!m || !(m->access & IBV_ACCESS_LOCAL_WRITE)) return IBV_WC_LOC_PROT_ERR;
+    uint32_t n = std::min(len, g.length);
+    landAscending(reinterpret_cast<char*>(g.addr), data, n);
+    data += n;
+    len -= n;
+  }
+  return IBV_WC_SUCCESS;
+}
+
+// Applies the request at the head of r.in; false while it must wait (no receive posted).
+bool applyOne(Responder& r, Qp* q, const Request& req, const char* payload) {
+  auto op = static_cast<ibv_wr_opcode>(req.op);
+  bool write = op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
+  bool needsRecv = op != IBV_WR_RDMA_WRITE && op != IBV_WR_RDMA_READ;
+  if (write && !((q->access & IBV_ACCESS_REMOTE_WRITE) && findRemote(q->qp.pd, req.rkey, req.addr, req.len,
+                                                                      IBV_ACCESS_REMOTE_WRITE))) {
+    respond(r, IBV_WC_REM_ACCESS_ERR);
+    return true;
+  }
+  if (op == IBV_WR_RDMA_READ) {
+    if ((q->access & IBV_ACCESS_REMOTE_READ) && findRemote(q->qp.pd, req.rkey, req.addr, req.len, IBV_ACCESS_REMOTE_READ))
+      respond(r, IBV_WC_SUCCESS, reinterpret_cast<const char*>(req.addr), req.len);
+    else
+      respond(r, IBV_WC_REM_ACCESS_ERR);
+    return true;
+  }
+  if (needsRecv && q->recvs.empty()) {  // receiver not ready: the requester retries
+    double now = nowSec();
+    if (r.rnrSince == 0) r.rnrSince = now;
+    double limit = (req.rnrRetry + 1) * kRnrMs[q->minRnrTimer & 31] / 1000;
+    if (req.rnrRetry == 7 || now - r.rnrSince < limit) return false;
+    respond(r, IBV_WC_RNR_RETRY_EXC_ERR);
+    r.rnrSince = 0;
+    return true;
+  }
+  r.rnrSince = 0;
+  if (write) landAscending(reinterpret_cast<char*>(req.addr), payload, req.len);
+  if (!needsRecv) {
+    respond(r, IBV_WC_SUCCESS);
+    return true;
+  }
+  RecvWr rw = q->recvs.front();
+  q->recvs.pop_front();
+  if (write) {
+    pushRecvWc(q, rw, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, req.len, req, true);
+    respond(r, IBV_WC_SUCCESS);
+    return true;
+  }
+  ibv_wc_status st = scatter(q, rw, payload, req.len);
+  pushRecvWc(q, rw, st, IBV_WC_RECV, req.len, req, op == IBV_WR_SEND_WITH_IMM);
+  respond(r, st == IBV_WC_SUCCESS ? IBV_WC_SUCCESS : IBV_WC_REM_INV_REQ_ERR);
+  if (st != IBV_WC_SUCCESS) setQpError(q);
+  return true;
+}
+
+// False when the stream must close (hello refused, or the queue pair is gone or broken).
+bool driveResponder(Responder& r) {
+  bool open = fillIn(r.fd, &r.in, 64u << 20);
+  if (!r.hello) {
+    if (r.in.size() < sizeof(Hello)) return open;
+    Hello h;
+    memcpy(&h, r.in.data(), sizeof(h));
+    r.in.erase(0, sizeof(h));
+    auto it = state().qps.find(h.dstQpn);
+    bool ready = h.magic == kMagic && it != state().qps.end() && it->second->destQpn == h.srcQpn &&
+                 (it->second->qp.state == IBV_QPS_RTR || it->second->qp.state == IBV_QPS_RTS);
+    append(&r.out, HelloAck{kMagic, ready ? 0u : 1u});
+    flushOut(r.fd, &r.out);
+    if (!ready) return false;
+    r.hello = true;
+    r.qpn = h.dstQpn;
+  }
+  while (r.in.size() >= sizeof(Request)) {
+    auto it = state().qps.find(r.qpn);
+    if (it == state().qps.end() || it->second->qp.state == IBV_QPS_ERR || it->second->qp.state == IBV_QPS_RESET)
+      return false;  // no responder any more: the requester's retries run out
+    Request req;
+    memcpy(&req, r.in.data(), sizeof(req));
+    bool carries = req.op != IBV_WR_RDMA_READ;
+    size_t total = sizeof(req) + (carries ? req.len : 0);
+    if (r.in.size() < total) break;
+    if (!applyOne(r, it->second, req, r.in.data() + sizeof(req))) break;
+    r.in.erase(0, total);
+  }
+  return flushOut(r.fd, &r.out) && open;
+}
+
+void acceptAll() {
+  State& s = state();
+  for (;;) {
+    int fd = accept(s.listenFd, nullptr, nullptr);
+    if (fd < 0) return;
+    setNonBlocking(fd);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    Responder r;
+    r.fd = fd;
+    s.responders.push_back(std::move(r));
+  }
+}
+
+void nicLoop() {
+  std::unique_lock<std::mutex> lock(state().mu);
+  for (;;) nicPassLocked(&lock, 100);
+}
+
+}  // namespace
+
+void nicPassLocked(std::unique_lock<std::mutex>* lock, int timeoutMs) {
+  State& s = state();
+  if (!s.nicStarted) return;
+  std::vector<pollfd> fds{{s.listenFd, POLLIN, 0}, {s.wakeFd[0], POLLIN, 0}};
+  size_t responders = s.responders.size();
+  bool waiting = false;
+  for (Responder& r : s.responders) {
+    fds.push_back({r.fd, static_cast<short>(POLLIN | (r.out.empty() ? 0 : POLLOUT)), 0});
+    waiting |= r.rnrSince != 0;
+  }
+  std::vector<Qp*> qps;
+  for (auto& kv : s.qps) {
+    Stream& st = kv.second->stream;
+    if (st.fd < 0) continue;
+    fds.push_back({st.fd, static_cast<short>(POLLIN | (st.out.empty() ? 0 : POLLOUT)), 0});
+    qps.push_back(kv.second);
+  }
+  for (auto& kv : s.qps)
+    waiting |= kv.second->stream.fd < 0 && !kv.second->pending.empty() && kv.second->qp.state == IBV_QPS_RTS;
+  if (timeoutMs > 0) {
+    lock->unlock();
+    poll(fds.data(), fds.size(), waiting ? 1 : timeoutMs);
+    lock->lock();
+  } else {
+    poll(fds.data(), fds.size(), 0);
+  }
+  if (fds[1].revents) {
+    char buf[64];
+    while (read(s.wakeFd[0], buf, sizeof(buf)) > 0) {
+    }
+  }
+  if (fds[0].revents) acceptAll();
+  // Streams that are ready, new ones, and those waiting on something local (a receive, a retry).
+  std::vector<char> drive(s.responders.size(), 1);
+  for (size_t i = 0; i < responders && i < s.responders.size(); ++i) {
+    const Responder& r = s.responders[i];
+    drive[i] = fds[2 + i].revents || r.rnrSince != 0 || !r.out.empty() || !r.in.empty();
+  }
+  for (size_t i = s.responders.size(); i-- > 0;) {
+    if (!drive[i]) continue;
+    if (!driveResponder(s.responders[i])) {
+      close(s.responders[i].fd);
+      s.responders.erase(s.responders.begin() + static_cast<ptrdiff_t>(i));
+    }
+  }
+  std::set<Qp*> ready;
+  for (size_t i = 0; i < qps.size(); ++i)
+    if (fds[2 + responders + i].revents) ready.insert(qps[i]);
+  for (auto& kv : s.qps) {
+    Qp* q = kv.second;
+    if (ready.count(q) || !q->pending.empty() || !q->stream.out.empty() || (q->stream.fd >= 0 && !q->stream.helloDone))
+      driveRequester(q);
+  }
+}
+
+ibv_gid localGid(int device, int index) {
+  ibv_gid g{};
+  g.raw[0] = 0xfe;
+  g.raw[1] = 0x80;
+  memcpy(g.raw + 8, &state().ip, 4);
+  uint16_t port = htons(state().port);
+  memcpy(g.raw + 12, &port, 2);
+  g.raw[14] = static_cast<uint8_t>(device);
+  g.raw[15] = static_cast<uint8_t>(index);
+  return g;
+}
+
+namespace {
+
+// fork(): the child gets no NIC thread and must not share the parent's streams or
+// listener, so it starts over: no queue pairs or registrations (as a forked child
+// has none on hardware), a NIC of its own, a new listener (hence new GIDs). The
+// contexts and protection domains it inherited stay usable.
+void forkPrepare() { state().mu.lock(); }
+void forkParent() { state().mu.unlock(); }
+void forkChild() {
+  State& s = state();
+  bool started = s.nicStarted;
+  for (Responder& r : s.responders) close(r.fd);
+  s.responders.clear();
+  for (auto& kv : s.qps)
+    if (kv.second->stream.fd >= 0) close(kv.second->stream.fd);
+  s.qps.clear();  // the objects leak: the parent owns what they stood for
+  s.mrs.clear();
+  for (int fd : {s.listenFd, s.wakeFd[0], s.wakeFd[1]})
+    if (fd >= 0) close(fd);
+  s.listenFd = s.wakeFd[0] = s.wakeFd[1] = -1;
+  s.nicStarted = false;
+  if (started) startNic();
+  s.mu.unlock();
+}
+
+}  // namespace
+
+void startNic() {
+  State& s = state();
+  if (s.nicStarted) return;
+  static bool forkHandlers = (pthread_atfork(forkPrepare, forkParent, forkChild), true);
+  (void)forkHandlers;
+  s.nicStarted = true;
+  s.ip = chooseAddress();
+  s.listenFd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof(a);
+  if (bind(s.listenFd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(s.listenFd, 256) != 0 ||
+      getsockname(s.listenFd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    abort();
+  s.port = ntohs(a.sin_port);
+  setNonBlocking(s.listenFd);
+  if (pipe(s.wakeFd) != 0) abort();
+  setNonBlocking(s.wakeFd[0]);
+  setNonBlocking(s.wakeFd[1]);
+  std::thread(nicLoop).detach();
+}
+
+void wakeNic() {
+  if (state().wakeFd[1] >= 0) {
+    char c = 1;
+    (void)!write(state().wakeFd[1], &c, 1);
+  }
+}
+
+void pushWc(Cq* cq, const ibv_wc& wc) {
+  if (static_cast<int>(cq->entries.size()) >= cq->cq.cqe) cq->overrun = true;
+  cq->entries.push_back(wc);
+}
+
+void setQpError(Qp* q) {
+  q->qp.state = IBV_QPS_ERR;
+  auto flush = [q](std::deque<SendWr>* list) {
+    for (SendWr& w : *list) {
+      w.signaled = true;
+      completeSend(q, w, IBV_WC_WR_FLUSH_ERR, 0);
+    }
+    list->clear();
+  };
+  flush(&q->inflight);
+  flush(&q->pending);
+  for (RecvWr& rw : q->recvs) {
+    ibv_wc wc{};
+    wc.wr_id = rw.wrId;
+    wc.status = IBV_WC_WR_FLUSH_ERR;
+    wc.opcode = IBV_WC_RECV;
+    wc.qp_num = q->qp.qp_num;
+    pushWc(reinterpret_cast<Cq*>(q->qp.recv_cq), wc);
+  }
+  q->recvs.clear();
+  if (q->stream.fd >= 0) close(q->stream.fd);
+  q->stream = Stream{};
+}
+
+}  // namespace verbs_emu

@@ -1,0 +1,400 @@
+// The user-space verbs device behaves as RC hardware does where a wrong transport
+// would notice: keys, ranges and access flags, the queue pair state machine,
+// receiver-not-ready, in-order completion, flushes, and a dead peer.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Node {
+  ibv_context* ctx = nullptr;
+  ibv_pd* pd = nullptr;
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  ibv_gid gid{};
+};
+
+Node open(int access = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ) {
+  Node n;
+  int count = 0;
+  ibv_device** list = ibv_get_device_list(&count);
+  EXPECT_GE(count, 1);
+  n.ctx = ibv_open_device(list[0]);
+  ibv_free_device_list(list);
+  n.pd = ibv_alloc_pd(n.ctx);
+  n.cq = ibv_create_cq(n.ctx, 256, nullptr, nullptr, 0);
+  ibv_qp_init_attr a{};
+  a.send_cq = n.cq;
+  a.recv_cq = n.cq;
+  a.qp_type = IBV_QPT_RC;
+  a.cap.max_send_wr = 128;
+  a.cap.max_recv_wr = 128;
+  a.cap.max_send_sge = 2;
+  a.cap.max_recv_sge = 2;
+  a.cap.max_inline_data = 64;
+  n.qp = ibv_create_qp(n.pd, &a);
+  ibv_qp_attr m{};
+  m.qp_state = IBV_QPS_INIT;
+  m.port_num = 1;
+  m.qp_access_flags = access;
+  EXPECT_EQ(ibv_modify_qp(n.qp, &m, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+  EXPECT_EQ(ibv_query_gid(n.ctx, 1, 1, &n.gid), 0);
+  return n;
+}
+
+int toRtr(Node& n, uint32_t destQpn, const ibv_gid& dest, int minRnrTimer = 12) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_4096;
+  a.dest_qp_num = destQpn;
+  a.max_dest_rd_atomic = 1;
+  a.min_rnr_timer = static_cast<uint8_t>(minRnrTimer);
+  a.ah_attr.is_global = 1;
+  a.ah_attr.grh.dgid = dest;
+  a.ah_attr.port_num = 1;
+  return ibv_modify_qp(n.qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+}
+
+int toRts(Node& n, int rnrRetry = 7, int timeout = 14) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTS;
+  a.timeout = static_cast<uint8_t>(timeout);
+  a.retry_cnt = 7;
+  a.rnr_retry = static_cast<uint8_t>(rnrRetry);
+  a.max_rd_atomic = 1;
+  return ibv_modify_qp(n.qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                     IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+void connect(Node& a, Node& b, int rnrRetry = 7, int minRnrTimer = 12) {
+  ASSERT_EQ(toRtr(a, b.qp->qp_num, b.gid, minRnrTimer), 0);
+  ASSERT_EQ(toRtr(b, a.qp->qp_num, a.gid, minRnrTimer), 0);
+  ASSERT_EQ(toRts(a, rnrRetry), 0);
+  ASSERT_EQ(toRts(b, rnrRetry), 0);
+}
+
+// The next completion on `cq` within 5 s (status IBV_WC_GENERAL_ERR when none came).
+ibv_wc next(ibv_cq* cq, double seconds = 5) {
+  ibv_wc wc{};
+  double end = now() + seconds;
+  while (now() < end) {
+    if (ibv_poll_cq(cq, 1, &wc) == 1) return wc;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  wc.status = IBV_WC_GENERAL_ERR;
+  wc.opcode = static_cast<ibv_wc_opcode>(-1);
+  return wc;
+}
+
+int postWrite(Node& n, ibv_wr_opcode op, void* src, uint32_t len, uint32_t lkey, uint64_t addr, uint32_t rkey,
+              uint64_t id = 1, uint32_t imm = 0) {
+  ibv_sge sge{reinterpret_cast<uint64_t>(src), len, lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = id;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = op;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.imm_data = htonl(imm);
+  wr.wr.rdma.remote_addr = addr;
+  wr.wr.rdma.rkey = rkey;
+  ibv_send_wr* bad = nullptr;
+  return ibv_post_send(n.qp, &wr, &bad);
+}
+
+int postRecv(Node& n, void* buf = nullptr, uint32_t len = 0, uint32_t lkey = 0, uint64_t id = 7) {
+  ibv_sge sge{reinterpret_cast<uint64_t>(buf), len, lkey};
+  ibv_recv_wr wr{};
+  wr.wr_id = id;
+  wr.sg_list = buf ? &sge : nullptr;
+  wr.num_sge = buf ? 1 : 0;
+  ibv_recv_wr* bad = nullptr;
+  return ibv_post_recv(n.qp, &wr, &bad);
+}
+
+constexpr int kAll = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+
+struct Pair : ::testing::Test {
+  Node a = open(), b = open();
+  std::vector<char> src = std::vector<char>(8192), dst = std::vector<char>(8192, 0);
+  ibv_mr* srcMr = nullptr;
+  ibv_mr* dstMr = nullptr;
+  void SetUp() override {
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>(i * 7 + 1);
+    srcMr = ibv_reg_mr(a.pd, src.data(), src.size(), kAll);
+    dstMr = ibv_reg_mr(b.pd, dst.data(), dst.size(), kAll);
+    ASSERT_TRUE(srcMr && dstMr);
+  }
+  uint64_t dstAddr(size_t off = 0) { return reinterpret_cast<uint64_t>(dst.data()) + off; }
+};
+
+TEST(VerbsEmu, DevicePortAndGids) {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  ASSERT_EQ(n, 1);
+  EXPECT_STREQ(ibv_get_device_name(list[0]), "semu0");
+  ibv_context* ctx = ibv_open_device(list[0]);
+  ibv_free_device_list(list);
+  ibv_port_attr pa{};
+  ASSERT_EQ(ibv_query_port(ctx, 1, &pa), 0);
+  EXPECT_EQ(pa.state, IBV_PORT_ACTIVE);
+  EXPECT_EQ(pa.link_layer, IBV_LINK_LAYER_ETHERNET);
+  EXPECT_NE(ibv_query_port(ctx, 2, &pa), 0);
+  ibv_gid_entry e{};
+  ASSERT_EQ(ibv_query_gid_ex(ctx, 1, 1, &e, 0), 0);
+  EXPECT_EQ(e.gid_type, IBV_GID_TYPE_ROCE_V2);
+  ASSERT_EQ(ibv_query_gid_ex(ctx, 1, 0, &e, 0), 0);
+  EXPECT_EQ(e.gid_type, IBV_GID_TYPE_ROCE_V1);
+  EXPECT_NE(ibv_query_gid_ex(ctx, 1, 2, &e, 0), 0);
+}
+
+TEST_F(Pair, WriteWithImmediateLandsAndCompletesBothSides) {
+  connect(a, b);
+  ASSERT_EQ(postRecv(b), 0);
+  ASSERT_EQ(postWrite(a, IBV_WR_RDMA_WRITE_WITH_IMM, src.data(), 4096, srcMr->lkey, dstAddr(100), dstMr->rkey, 11, 4096),
+            0);
+  ibv_wc s = next(a.cq), r = next(b.cq);
+  EXPECT_EQ(s.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(s.wr_id, 11u);
+  EXPECT_EQ(s.opcode, IBV_WC_RDMA_WRITE);
+  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(r.opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+  EXPECT_EQ(r.wr_id, 7u);
+  EXPECT_TRUE(r.wc_flags & IBV_WC_WITH_IMM);
+  EXPECT_EQ(ntohl(r.imm_data), 4096u);
+  EXPECT_EQ(r.byte_len, 4096u);
+  EXPECT_EQ(r.src_qp, a.qp->qp_num);
+  EXPECT_EQ(memcmp(dst.data() + 100, src.data(), 4096), 0);
+  EXPECT_EQ(dst[99], 0);
+  EXPECT_EQ(dst[4196], 0);
+}
+
+TEST_F(Pair, RemoteWriteIsCheckedAgainstKeyRangeAndAccess) {
+  connect(a, b);
+  // A wrong rkey (the lkey, a classic mix-up).
+  ASSERT_EQ(postWrite(a, IBV_WR_RDMA_WRITE, src.data(), 64, srcMr->lkey, dstAddr(), dstMr->lkey), 0);
+  EXPECT_EQ(next(a.cq).status, IBV_WC_REM_ACCESS_ERR);
+  // The queue pair is in error now: what is posted next is flushed.
+  ASSERT_EQ(postWrite(a, IBV_WR_RDMA_WRITE, src.data(), 64, srcMr->lkey, dstAddr(), dstMr->rkey), 0);
+  EXPECT_EQ(next(a.cq).status, IBV_WC_WR_FLUSH_ERR);
+  for (char c : dst) ASSERT_EQ(c, 0);
+}
+
+TEST_F(Pair, WriteOutsideTheRegionIsRemoteAccessError) {
+  connect(a, b);
+  ASSERT_EQ(postWrite(a, IBV_WR_RDMA_WRITE, src.data(), 64, srcMr->lkey, dstAddr(8192 - 32), dstMr->rkey), 0);
+  EXPECT_EQ(next(a.cq).status, IBV_WC_REM_ACCESS_ERR);
+  for (char c : dst) ASSERT_EQ(c, 0);
+}
+
+TEST_F(Pair, WriteWithoutRemoteWriteAccessIsRemoteAccessError) {
+  connect(a, b);
+  std::vector<char> ro(4096, 0);
+  ibv_mr* roMr = ibv_reg_mr(b.pd, ro.data(), ro.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+  ASSERT_EQ(postWrite(a, IBV_WR_RDMA_WRITE, src.data(), 64, srcMr->lkey, reinterpret_cast<uint64_t>(ro.data()),
+                      roMr->rkey),
+            0);
+  EXPECT_EQ(next(a.cq).status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(ro[0], 0);
+  ibv_dereg_mr(roMr);
+}
+
+TEST_F(Pair, QueuePairWithoutRemoteWriteRefusesWrites) {
+  Node c = open(IBV_ACCESS_REMOTE_READ);
+  connect(a, c);
+  std::vector<char> buf(4096, 0);
+  ibv_mr* mr = ibv_reg_mr(c.pd, buf.data(), buf.size(), kAll);
+  ASSERT_EQ(postWrite(a, IBV_WR_RDMA_WRITE, src.data(), 64, srcMr->lkey, reinterpret_cast<uint64_t>(buf.data()),
+                      mr->rkey),
+            0);
+  EXPECT_EQ(next(a.cq).status, IBV_WC_REM_ACCESS_ERR);
+  ibv_dereg_mr(mr);
+}
+
+TEST_F(Pair, LocalBufferOutsideItsRegionIsLocalProtectionError) {
+  connect(a, b);
+  ASSERT_EQ(postWrite(a, IBV_WR_RDMA_WRITE, src.data() + 8000, 500, srcMr->lkey, dstAddr(), dstMr->rkey), 0);
+  EXPECT_EQ(next(a.cq).status, IBV_WC_LOC_PROT_ERR);
+}
+
+TEST_F(Pair, StateMachineIsEnforced) {
+  // Posting a send before RTS fails at once; so does RTR without its attributes.
+  EXPECT_EQ(postWrite(a, IBV_WR_RDMA_WRITE, src.data(), 64, srcMr->lkey, dstAddr(), dstMr->rkey), EINVAL);
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_RTR;
+  EXPECT_EQ(ibv_modify_qp(a.qp, &attr, IBV_QP_STATE), EINVAL);
+  attr.qp_state = IBV_QPS_RTS;  // INIT -> RTS skips RTR
+  EXPECT_EQ(ibv_modify_qp(a.qp, &attr, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                           IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
+            EINVAL);
+  ASSERT_EQ(toRtr(a, b.qp->qp_num, b.gid), 0);
+  EXPECT_EQ(postWrite(a, IBV_WR_RDMA_WRITE, src.data(), 64, srcMr->lkey, dstAddr(), dstMr->rkey), EINVAL);
+  EXPECT_EQ(a.qp->state, IBV_QPS_RTR);
+  EXPECT_EQ(postRecv(a), 0);  // receives may be posted from INIT on
+}
+
+TEST_F(Pair, SendLandsInThePostedReceiveOrFailsWhenTooSmall) {
+  connect(a, b);
+  ASSERT_EQ(postRecv(b, dst.data(), 1000, dstMr->lkey, 21), 0);
+  ASSERT_EQ(postWrite(a, IBV_WR_SEND, src.data(), 1000, srcMr->lkey, 0, 0, 5), 0);
+  ibv_wc r = next(b.cq);
+  EXPECT_EQ(r.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(r.opcode, IBV_WC_RECV);
+  EXPECT_EQ(r.byte_len, 1000u);
+  EXPECT_EQ(memcmp(dst.data(), src.data(), 1000), 0);
+  EXPECT_EQ(next(a.cq).status, IBV_WC_SUCCESS);
+  ASSERT_EQ(postRecv(b, dst.data(), 100, dstMr->lkey, 22), 0);
+  ASSERT_EQ(postWrite(a, IBV_WR_SEND, src.data(), 1000, srcMr->lkey, 0, 0, 6), 0);
+  EXPECT_EQ(next(b.cq).status, IBV_WC_LOC_LEN_ERR);
+  EXPECT_EQ(next(a.cq).status, IBV_WC_REM_INV_REQ_ERR);
+}
+
+TEST_F(Pair, ReceiverNotReadyRetriesThenFails) {
+  connect(a, b, /*rnrRetry=*/1, /*minRnrTimer=*/1);
+  double t0 = now();
+  ASSERT_EQ(postWrite(a, IBV_WR_RDMA_WRITE_WITH_IMM, src.data(), 64, srcMr->lkey, dstAddr(), dstMr->rkey), 0);
+  EXPECT_EQ(next(a.cq).status, IBV_WC_RNR_RETRY_EXC_ERR);
+  EXPECT_LT(now() - t0, 1.0);
+}
+
+TEST_F(Pair, ReceiverNotReadyWaitsForeverWithRetry7) {
+  connect(a, b, 7, 1);
+  ASSERT_EQ(postWrite(a, IBV_WR_RDMA_WRITE_WITH_IMM, src.data(), 64, srcMr->lkey, dstAddr(), dstMr->rkey, 3, 64), 0);
+  ibv_wc none = next(a.cq, 0.2);
+  EXPECT_EQ(none.status, IBV_WC_GENERAL_ERR);  // nothing yet: the write waits for a receive
+  EXPECT_EQ(dst[0], 0);                        // and has not landed
+  ASSERT_EQ(postRecv(b), 0);
+  EXPECT_EQ(next(a.cq).status, IBV_WC_SUCCESS);
+  EXPECT_EQ(next(b.cq).status, IBV_WC_SUCCESS);
+  EXPECT_EQ(memcmp(dst.data(), src.data(), 64), 0);
+}
+
+TEST_F(Pair, ReadNeedsRemoteReadAccess) {
+  connect(a, b);
+  memcpy(dst.data(), "remote bytes", 12);
+  std::vector<char> into(64, 0);
+  ibv_mr* intoMr = ibv_reg_mr(a.pd, into.data(), into.size(), kAll);
+  ASSERT_EQ(postWrite(a, IBV_WR_RDMA_READ, into.data(), 12, intoMr->lkey, dstAddr(), dstMr->rkey), 0);
+  ibv_wc wc = next(a.cq);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.opcode, IBV_WC_RDMA_READ);
+  EXPECT_EQ(memcmp(into.data(), "remote bytes", 12), 0);
+  std::vector<char> wo(64, 0);
+  ibv_mr* woMr = ibv_reg_mr(b.pd, wo.data(), wo.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ASSERT_EQ(postWrite(a, IBV_WR_RDMA_READ, into.data(), 12, intoMr->lkey, reinterpret_cast<uint64_t>(wo.data()),
+                      woMr->rkey),
+            0);
+  EXPECT_EQ(next(a.cq).status, IBV_WC_REM_ACCESS_ERR);
+}
+
+TEST_F(Pair, CompletionsComeInPostedOrder) {
+  connect(a, b);
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(postRecv(b, nullptr, 0, 0, 1000 + i), 0);
+  for (int i = 0; i < 100; ++i)
+    ASSERT_EQ(postWrite(a, IBV_WR_RDMA_WRITE_WITH_IMM, src.data() + i, 1, srcMr->lkey, dstAddr(i), dstMr->rkey, i, i),
+              0);
+  for (int i = 0; i < 100; ++i) {
+    ibv_wc s = next(a.cq), r = next(b.cq);
+    ASSERT_EQ(s.status, IBV_WC_SUCCESS);
+    ASSERT_EQ(s.wr_id, static_cast<uint64_t>(i));
+    ASSERT_EQ(r.wr_id, static_cast<uint64_t>(1000 + i));
+    ASSERT_EQ(ntohl(r.imm_data), static_cast<uint32_t>(i));
+  }
+  EXPECT_EQ(memcmp(dst.data(), src.data(), 100), 0);
+}
+
+TEST_F(Pair, DeregisteredRegionRefusesWrites) {
+  connect(a, b);
+  uint32_t rkey = dstMr->rkey;
+  ASSERT_EQ(ibv_dereg_mr(dstMr), 0);
+  dstMr = nullptr;
+  ASSERT_EQ(postWrite(a, IBV_WR_RDMA_WRITE, src.data(), 64, srcMr->lkey, dstAddr(), rkey), 0);
+  EXPECT_EQ(next(a.cq).status, IBV_WC_REM_ACCESS_ERR);
+}
+
+// The peer of KilledPeerTurnsIntoRetryExceeded, in a fresh process (exec'd, so that
+// it has its own emulated NIC): a queue pair and 1 MiB to write into, then it waits.
+[[noreturn]] void runPeer(int in, int out) {
+  Node n = open();
+  std::vector<char> buf(1 << 20);
+  ibv_mr* mr = ibv_reg_mr(n.pd, buf.data(), buf.size(), kAll);
+  uint64_t info[4] = {n.qp->qp_num, reinterpret_cast<uint64_t>(buf.data()), mr->rkey, 0};
+  if (write(out, info, sizeof(info)) != sizeof(info) || write(out, &n.gid, sizeof(n.gid)) != 16) _exit(2);
+  uint32_t qpn;
+  ibv_gid gid;
+  if (read(in, &qpn, 4) != 4 || read(in, &gid, 16) != 16) _exit(3);
+  if (toRtr(n, qpn, gid) || toRts(n)) _exit(4);
+  char c = 1;
+  if (write(out, &c, 1) != 1) _exit(5);
+  pause();
+  _exit(0);
+}
+
+TEST(VerbsEmuPeer, Helper) {
+  const char* fds = getenv("STRATA_EMU_PEER_FDS");
+  if (!fds) GTEST_SKIP() << "the peer process of KilledPeerTurnsIntoRetryExceeded";
+  int in = -1, out = -1;
+  if (sscanf(fds, "%d,%d", &in, &out) != 2) _exit(1);
+  runPeer(in, out);
+}
+
+// A peer process killed with writes in flight: they complete with retry-exceeded.
+TEST(VerbsEmuPeer, KilledPeerTurnsIntoRetryExceeded) {
+  int toChild[2], toParent[2];
+  ASSERT_EQ(pipe(toChild), 0);
+  ASSERT_EQ(pipe(toParent), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    std::string fds = std::to_string(toChild[0]) + "," + std::to_string(toParent[1]);
+    setenv("STRATA_EMU_PEER_FDS", fds.c_str(), 1);
+    execl("/proc/self/exe", "verbs_emu_test", "--gtest_filter=VerbsEmuPeer.Helper", static_cast<char*>(nullptr));
+    _exit(6);
+  }
+  uint64_t info[4];
+  ibv_gid peerGid;
+  ASSERT_EQ(read(toParent[0], info, sizeof(info)), static_cast<ssize_t>(sizeof(info)));
+  ASSERT_EQ(read(toParent[0], &peerGid, 16), 16);
+  Node me = open();
+  uint32_t qpn = me.qp->qp_num;
+  ASSERT_EQ(write(toChild[1], &qpn, 4), 4);
+  ASSERT_EQ(write(toChild[1], &me.gid, 16), 16);
+  ASSERT_EQ(toRtr(me, static_cast<uint32_t>(info[0]), peerGid), 0);
+  ASSERT_EQ(toRts(me), 0);
+  char c;
+  ASSERT_EQ(read(toParent[0], &c, 1), 1);
+  std::vector<char> src(1 << 20, 5);
+  ibv_mr* mr = ibv_reg_mr(me.pd, src.data(), src.size(), kAll);
+  ASSERT_EQ(postWrite(me, IBV_WR_RDMA_WRITE, src.data(), 4096, mr->lkey, info[1], static_cast<uint32_t>(info[2]), 1), 0);
+  EXPECT_EQ(next(me.cq).status, IBV_WC_SUCCESS);  // the peer is alive: it lands
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  double t0 = now();
+  for (int i = 0; i < 4; ++i)
+    ASSERT_EQ(postWrite(me, IBV_WR_RDMA_WRITE, src.data(), 1 << 20, mr->lkey, info[1], static_cast<uint32_t>(info[2]),
+                        10 + i),
+              0);
+  ibv_wc first = next(me.cq);
+  EXPECT_EQ(first.status, IBV_WC_RETRY_EXC_ERR);
+  EXPECT_STREQ(ibv_wc_status_str(first.status), "transport retry counter exceeded");
+  for (int i = 1; i < 4; ++i) EXPECT_EQ(next(me.cq).status, IBV_WC_WR_FLUSH_ERR);
+  EXPECT_LT(now() - t0, 2.0);
+}
+
+}  // namespace

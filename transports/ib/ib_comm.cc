@@ -1,0 +1,112 @@
+#include "transports/ib/ib_comm.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "base/config.h"
+#include "base/error.h"
+
+namespace strata::transport::ib {
+
+void QpSet::create(const Port& p, int queuePairs) {
+  const Verbs& v = *verbs();
+  port = &p;
+  nqps = queuePairs;
+  cq = v.createCq(p.ctx, 4 * kDepth * nqps + 16, nullptr, nullptr, 0);
+  if (!cq) fail(ncclSystemError, "IB %s:%d: ibv_create_cq failed: %s", p.device.c_str(), p.port, strerror(errno));
+  for (int i = 0; i < nqps; ++i) {
+    ibv_qp_init_attr a{};
+    a.send_cq = cq;
+    a.recv_cq = cq;
+    a.qp_type = IBV_QPT_RC;
+    a.cap.max_send_wr = 2 * kDepth;
+    a.cap.max_recv_wr = kDepth;
+    a.cap.max_send_sge = 1;
+    a.cap.max_recv_sge = 1;
+    a.cap.max_inline_data = sizeof(FifoEntry);
+    qps[i] = v.createQp(p.pd, &a);
+    if (!qps[i]) fail(ncclSystemError, "IB %s:%d: ibv_create_qp failed: %s", p.device.c_str(), p.port, strerror(errno));
+    ibv_qp_attr m{};
+    m.qp_state = IBV_QPS_INIT;
+    m.pkey_index = 0;
+    m.port_num = static_cast<uint8_t>(p.port);
+    m.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    int rc = v.modifyQp(qps[i], &m, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+    if (rc) fail(ncclSystemError, "IB %s:%d: QP 0x%x to INIT: %s", p.device.c_str(), p.port, qps[i]->qp_num, strerror(rc));
+  }
+}
+
+void QpSet::describe(WireInfo* w) const {
+  w->magic = kMagic;
+  w->nqps = static_cast<uint32_t>(nqps);
+  for (int i = 0; i < nqps; ++i) w->qpn[i] = qps[i]->qp_num;
+  ibv_gid gid = port->gid;  // read again: a RoCE GID follows the interface's address
+  if (verbs()->queryGid(port->ctx, static_cast<uint8_t>(port->port), port->gidIndex, &gid) != 0) gid = port->gid;
+  memcpy(w->gid, gid.raw, 16);
+  w->lid = port->attr.lid;
+  w->linkLayer = port->attr.link_layer;
+  w->mtu = static_cast<uint8_t>(port->attr.active_mtu);
+}
+
+void QpSet::connectTo(const WireInfo& peer) {
+  const Verbs& v = *verbs();
+  peerHost.assign(peer.host, strnlen(peer.host, sizeof(peer.host)));
+  peerPid = peer.pid;
+  STRATA_REQUIRE(peer.magic == kMagic && static_cast<int>(peer.nqps) == nqps, ncclInvalidUsage,
+                 "IB: %s (pid %u) uses %u queue pairs per connection, this process %d: set NCCL_IB_QPS_PER_CONNECTION "
+                 "alike on every rank", peerHost.c_str(), peerPid, peer.nqps, nqps);
+  STRATA_REQUIRE(peer.linkLayer == port->attr.link_layer, ncclInvalidUsage,
+                 "IB: %s:%d is %s but %s (pid %u) uses %s: the two cannot talk", port->device.c_str(), port->port,
+                 port->roce ? "RoCE" : "InfiniBand", peerHost.c_str(), peerPid,
+                 peer.linkLayer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand");
+  for (int i = 0; i < nqps; ++i) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = static_cast<ibv_mtu>(std::min<int>(peer.mtu, port->attr.active_mtu));
+    a.dest_qp_num = peer.qpn[i];
+    a.rq_psn = 0;
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 12;  // 0.64 ms between receiver-not-ready retries
+    a.ah_attr.port_num = static_cast<uint8_t>(port->port);
+    a.ah_attr.sl = static_cast<uint8_t>(config().ibSl);
+    bool sameSubnet = memcmp(peer.gid, port->gid.raw, 8) == 0;  // the subnet prefix
+    if (port->roce || !sameSubnet) {  // RoCE always routes by GID; InfiniBand across subnets
+      a.ah_attr.is_global = 1;
+      memcpy(a.ah_attr.grh.dgid.raw, peer.gid, 16);
+      a.ah_attr.grh.sgid_index = static_cast<uint8_t>(port->gidIndex);
+      a.ah_attr.grh.hop_limit = 255;
+      a.ah_attr.grh.traffic_class = static_cast<uint8_t>(config().ibTc);
+    } else {
+      a.ah_attr.dlid = peer.lid;
+    }
+    int rc = v.modifyQp(qps[i], &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+    if (rc) fail(ncclSystemError, "IB: %s to RTR: %s", where(i).c_str(), strerror(rc));
+    ibv_qp_attr s{};
+    s.qp_state = IBV_QPS_RTS;
+    s.timeout = static_cast<uint8_t>(config().ibTimeout);
+    s.retry_cnt = static_cast<uint8_t>(config().ibRetryCnt);
+    s.rnr_retry = 7;  // receives are always posted before the FIFO says so: RNR only while a slot is reposted
+    s.sq_psn = 0;
+    s.max_rd_atomic = 1;
+    rc = v.modifyQp(qps[i], &s, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                                    IBV_QP_MAX_QP_RD_ATOMIC);
+    if (rc) fail(ncclSystemError, "IB: %s to RTS: %s", where(i).c_str(), strerror(rc));
+  }
+}
+
+void QpSet::destroy() {
+  const Verbs* v = verbs();
+  if (!v) return;
+  for (int i = 0; i < nqps; ++i)
+    if (qps[i]) v->destroyQp(qps[i]), qps[i] = nullptr;
+  if (cq) v->destroyCq(cq), cq = nullptr;
+}
+
+std::string QpSet::where(int qp) const {
+  return format("%s (pid %u), QP 0x%x on %s:%d", peerHost.empty() ? "the peer" : peerHost.c_str(), peerPid,
+                qps[qp] ? qps[qp]->qp_num : 0, port->device.c_str(), port->port);
+}
+
+}  // namespace strata::transport::ib

@@ -1,0 +1,59 @@
+// One IB connection's verbs objects and its setup (see ib_network.h for the
+// protocol): the completion queue, the queue pairs, the info both ends exchange
+// over TCP, and the failure messages that name the peer.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <string>
+
+#include "transports/ib/ib_devices.h"
+
+namespace strata::transport::ib {
+
+constexpr int kDepth = 32;  // requests in flight per connection (NCCL_NET_MAX_REQUESTS)
+constexpr int kMaxQps = 16;
+constexpr uint32_t kMagic = 0x53494231;  // "SIB1"
+
+// One posted receive, as the receiver writes it into the sender's FIFO; `seq`
+// (the receive's index + 1) is written last and read first.
+struct FifoEntry {
+  uint64_t addr;
+  uint32_t rkey, size, tag, pad;
+  uint64_t seq;
+};
+
+// What each end tells the other over TCP.
+struct WireInfo {
+  uint32_t magic, nqps, split, pid;
+  uint32_t qpn[kMaxQps];
+  uint8_t gid[16];
+  uint16_t lid;
+  uint8_t linkLayer, mtu;
+  uint32_t fifoRkey;
+  uint64_t fifoAddr;
+  char host[64];
+};
+
+// The verbs side of one connection end; destroyed in reverse.
+struct QpSet {
+  const Port* port = nullptr;
+  ibv_cq* cq = nullptr;
+  int nqps = 1;
+  ibv_qp* qps[kMaxQps] = {};
+  std::string peerHost;
+  uint32_t peerPid = 0;
+
+  // A CQ and `nqps` queue pairs in INIT; throws ncclSystemError naming the call.
+  void create(const Port& p, int queuePairs);
+  // This end's part of the info (queue pairs, GID, LID, MTU).
+  void describe(WireInfo* w) const;
+  // Brings every queue pair to RTS, addressed to the peer's; throws on mismatch.
+  void connectTo(const WireInfo& peer);
+  void destroy();
+  // "host (pid N), QP 0x.. on dev:port": for messages.
+  std::string where(int qp) const;
+};
+
+}  // namespace strata::transport::ib

@@ -1,0 +1,123 @@
+#include "transports/ib/ib_devices.h"
+
+#include <cstring>
+
+#include "base/config.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "transports/ib/hca_filter.h"
+
+namespace strata::transport::ib {
+namespace {
+
+constexpr size_t kRegistrationLimit = size_t(64) << 30;  // pinned at once per device
+
+bool zeroGid(const ibv_gid& g) {
+  for (uint8_t b : g.raw)
+    if (b) return false;
+  return true;
+}
+
+// Opens one device's selected active ports; appends them to `out`.
+void openDevice(const Verbs& v, ibv_device* dev, const HcaFilter& filter, std::vector<Port>* out) {
+  std::string name = v.getDeviceName(dev);
+  ibv_context* ctx = v.openDevice(dev);
+  if (!ctx) {
+    STRATA_INFO(kSubsysNet, -1, "IB: cannot open %s", name.c_str());
+    return;
+  }
+  ibv_device_attr da{};
+  if (v.queryDevice(ctx, &da) != 0) {
+    v.closeDevice(ctx);
+    return;
+  }
+  ibv_pd* pd = nullptr;
+  std::shared_ptr<MrCache> mrs;
+  for (int p = 1; p <= da.phys_port_cnt; ++p) {
+    ibv_port_attr pa{};
+    if (v.queryPort(ctx, static_cast<uint8_t>(p), &pa) != 0) continue;
+    if (!filter.selects(name, p)) {
+      STRATA_INFO(kSubsysNet, -1, "IB: %s:%d not selected by NCCL_IB_HCA=%s", name.c_str(), p, config().ibHca.c_str());
+      continue;
+    }
+    if (pa.state != IBV_PORT_ACTIVE) {
+      STRATA_INFO(kSubsysNet, -1, "IB: %s:%d is not active (state %d)", name.c_str(), p, static_cast<int>(pa.state));
+      continue;
+    }
+    if (pa.link_layer != IBV_LINK_LAYER_INFINIBAND && pa.link_layer != IBV_LINK_LAYER_ETHERNET) continue;
+    if (!pd && !(pd = v.allocPd(ctx))) break;
+    if (!mrs) {
+      const Verbs* vp = &v;
+      ibv_pd* domain = pd;
+      int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+      if (config().ibPciRelaxedOrdering == 1) access |= IBV_ACCESS_RELAXED_ORDERING;
+      mrs = std::make_shared<MrCache>([vp, domain, access](void* b, size_t n) -> void* {
+        return vp->regMr(domain, b, n, access);
+      }, [vp](void* mr) { vp->deregMr(static_cast<ibv_mr*>(mr)); }, kRegistrationLimit);
+    }
+    Port port;
+    port.device = name;
+    port.port = p;
+    port.ctx = ctx;
+    port.pd = pd;
+    port.attr = pa;
+    port.roce = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
+    port.gidIndex = chooseGidIndex(v, ctx, p, pa);
+    if (v.queryGid(ctx, static_cast<uint8_t>(p), port.gidIndex, &port.gid) != 0) continue;
+    port.rateMbps = portRateMbps(pa.active_speed, pa.active_width);
+    port.relaxedOrdering = config().ibPciRelaxedOrdering == 1;
+    port.guid = da.node_guid;
+    port.mrs = mrs;
+    STRATA_INFO(kSubsysNet, -1, "IB: using %s:%d (%s, %d Mbit/s, GID index %d, MTU %d)", name.c_str(), p,
+                port.roce ? "RoCE" : "InfiniBand", port.rateMbps, port.gidIndex, 128 << pa.active_mtu);
+    out->push_back(std::move(port));
+  }
+  // A device with no port in use stays open: closing needs its PD gone, and it is one per process.
+}
+
+std::vector<Port> discover() {
+  std::vector<Port> out;
+  if (config().ibDisable) {
+    STRATA_INFO(kSubsysNet, -1, "IB: disabled (NCCL_IB_DISABLE=1)");
+    return out;
+  }
+  std::string why;
+  const Verbs* v = verbs(&why);
+  if (!v) {
+    STRATA_INFO(kSubsysNet, -1, "IB: no verbs library (%s)", why.c_str());
+    return out;
+  }
+  int n = 0;
+  ibv_device** list = v->getDeviceList(&n);
+  if (!list) {
+    STRATA_INFO(kSubsysNet, -1, "IB: %s lists no devices", v->file.c_str());
+    return out;
+  }
+  HcaFilter filter(config().ibHca);
+  for (int i = 0; i < n; ++i) openDevice(*v, list[i], filter, &out);
+  v->freeDeviceList(list);
+  if (out.empty()) STRATA_INFO(kSubsysNet, -1, "IB: %d devices from %s, no active port selected", n, v->file.c_str());
+  return out;
+}
+
+}  // namespace
+
+int chooseGidIndex(const Verbs& v, ibv_context* ctx, int port, const ibv_port_attr& attr) {
+  if (attr.link_layer != IBV_LINK_LAYER_ETHERNET) return 0;
+  if (config().ibGidIndex >= 0) return config().ibGidIndex;
+  if (!v.queryGidEx) return 0;
+  uint32_t want = config().ibRoceVersion == 1 ? IBV_GID_TYPE_ROCE_V1 : IBV_GID_TYPE_ROCE_V2;
+  for (int i = 0; i < attr.gid_tbl_len; ++i) {
+    ibv_gid_entry e{};
+    if (v.queryGidEx(ctx, static_cast<uint32_t>(port), static_cast<uint32_t>(i), &e, 0, sizeof(e)) != 0) continue;
+    if (e.gid_type == want && !zeroGid(e.gid)) return i;
+  }
+  return 0;
+}
+
+const std::vector<Port>& ports() {
+  static const std::vector<Port> list = discover();
+  return list;
+}
+
+}  // namespace strata::transport::ib

@@ -1,0 +1,427 @@
+#include "transports/ib/ib_network.h"
+
+#include <arpa/inet.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <strings.h>
+
+#include "base/clock.h"
+#include "base/config.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "base/socket.h"
+#include "transports/ib/ib_comm.h"
+#include "transports/net/nccl_net.h"
+
+namespace strata::transport::ib {
+namespace {
+
+constexpr uint64_t kSendTag = 1ull << 56, kRecvTag = 2ull << 56, kFifoTag = 3ull << 56;
+constexpr double kSetupSec = 30;
+
+struct Handle {
+  uint32_t magic;
+  int32_t dev;
+  SockAddr addr;
+  uint64_t pending;  // the sender's connection while it is being set up
+};
+static_assert(sizeof(Handle) <= net::kHandleBytes, "IB handle");
+
+struct Totals {
+  std::atomic<uint64_t> messagesSent{0}, bytesSent{0}, dataWrites{0}, fifoWrites{0}, messagesReceived{0};
+} gTotals;
+
+bool readable(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return poll(&p, 1, 0) > 0;
+}
+
+struct Comm;
+
+struct Request {
+  Comm* comm = nullptr;
+  int kind = 0;  // 0 free, 1 send, 2 receive
+  int pending = 0;  // completions still expected
+  size_t bytes = 0;
+};
+
+struct Comm {
+  QpSet q;
+  int fd = -1;  // the setup stream, kept open: its end tells that the peer is gone
+  bool split = false;
+  bool failed = false;
+  ncclResult_t failCode = ncclSuccess;
+  std::string failure;
+  double nextAliveCheck = 0;
+  Request reqs[kDepth];
+
+  Comm() {
+    for (Request& r : reqs) r.comm = this;
+  }
+  virtual ~Comm() {
+    q.destroy();
+    if (fd >= 0) close(fd);
+  }
+  void setFailed(ncclResult_t code, std::string why) {
+    if (failed) return;
+    failed = true;
+    failCode = code;
+    failure = std::move(why);
+  }
+  void throwIfFailed() const {
+    if (failed) throw Error(failCode, failure);
+  }
+  // Every 50 ms while waiting: has the peer's process closed the setup stream?
+  void checkAlive() {
+    double now = nowSec();
+    if (failed || now < nextAliveCheck) return;
+    nextAliveCheck = now + 0.05;
+    if (!readable(fd)) return;
+    char b;
+    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+      setFailed(ncclRemoteError, format("IB: %s closed the connection (its process exited or aborted)",
+                                        q.where(0).c_str()));
+  }
+  void onCompletion(const ibv_wc& wc) {
+    if (wc.status != IBV_WC_SUCCESS) {
+      if (wc.status == IBV_WC_WR_FLUSH_ERR && failed) return;
+      int qp = 0;
+      for (int i = 0; i < q.nqps; ++i)
+        if (q.qps[i]->qp_num == wc.qp_num) qp = i;
+      bool remote = wc.status == IBV_WC_RETRY_EXC_ERR || wc.status == IBV_WC_RNR_RETRY_EXC_ERR ||
+                    wc.status == IBV_WC_REM_ACCESS_ERR || wc.status == IBV_WC_REM_INV_REQ_ERR ||
+                    wc.status == IBV_WC_REM_OP_ERR;
+      setFailed(remote ? ncclRemoteError : ncclSystemError,
+                format("IB: completion error with %s: %s (status %d, vendor error 0x%x)%s", q.where(qp).c_str(),
+                       verbs()->wcStatusStr(wc.status), static_cast<int>(wc.status), wc.vendor_err,
+                       wc.status == IBV_WC_RETRY_EXC_ERR ? ": the peer did not answer (its process or link is gone)"
+                                                         : ""));
+      return;
+    }
+    uint64_t tag = wc.wr_id & (0xffull << 56);
+    Request& r = reqs[wc.wr_id & 0xffff];
+    if (tag == kSendTag) {
+      --r.pending;
+    } else if (tag == kRecvTag) {
+      r.bytes += ntohl(wc.imm_data);
+      if (--r.pending == 0) gTotals.messagesReceived.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  void poll() {
+    ibv_wc wc[16];
+    for (;;) {
+      int n = ibv_poll_cq(q.cq, 16, wc);
+      if (n < 0) {
+        setFailed(ncclSystemError, format("IB: ibv_poll_cq failed (%d) on %s:%d", n, q.port->device.c_str(),
+                                          q.port->port));
+        return;
+      }
+      for (int i = 0; i < n; ++i) onCompletion(wc[i]);
+      if (n < 16) return;
+    }
+  }
+  void post(int qp, ibv_send_wr* wr) {
+    ibv_send_wr* bad = nullptr;
+    int rc = ibv_post_send(q.qps[qp], wr, &bad);
+    if (rc) fail(ncclSystemError, "IB: ibv_post_send to %s failed: %s", q.where(qp).c_str(), strerror(rc));
+  }
+};
+
+struct SendComm final : Comm {
+  FifoEntry* fifo = nullptr;
+  ibv_mr* fifoMr = nullptr;
+  uint64_t sent = 0;
+  ~SendComm() override {
+    q.destroy();
+    if (fifoMr) verbs()->deregMr(fifoMr);
+    free(fifo);
+  }
+};
+
+struct RecvComm final : Comm {
+  uint64_t posted = 0;
+  uint64_t fifoAddr = 0;
+  uint32_t fifoRkey = 0;
+};
+
+struct ListenComm {
+  int fd = -1, dev = 0;
+  int accepted = -1;
+  std::unique_ptr<RecvComm> comm;
+  ~ListenComm() {
+    if (accepted >= 0 && !comm) close(accepted);
+    if (fd >= 0) close(fd);
+  }
+};
+
+void fillIdentity(WireInfo* w) {
+  w->pid = static_cast<uint32_t>(getpid());
+  gethostname(w->host, sizeof(w->host) - 1);
+}
+
+class IbNetwork final : public net::Network {
+ public:
+  const std::string& name() const override { return name_; }
+  int devices() override { return static_cast<int>(ports().size()); }
+  net::DeviceProperties properties(int dev) override {
+    const Port& p = port(dev);
+    net::DeviceProperties d;
+    d.name = p.device;
+    d.guid = p.guid;
+    d.ptrSupport = net::abi::kPtrHost;
+    d.speedMbps = p.rateMbps;
+    d.port = p.port;
+    d.maxComms = 65536;
+    d.maxRecvs = 1;
+    return d;
+  }
+
+  void* listen(int dev, void* handle) override {
+    port(dev);
+    auto l = std::make_unique<ListenComm>();
+    l->dev = dev;
+    SockAddr a = chooseInterfaceAddress(config().socketIfname, nullptr);
+    l->fd = listenOn(&a);
+    Handle h{kMagic, dev, a, 0};
+    memcpy(handle, &h, sizeof(h));
+    return l.release();
+  }
+
+  void* connect(int dev, void* handle) override {
+    Handle* h = static_cast<Handle*>(handle);
+    STRATA_REQUIRE(h->magic == kMagic, ncclInternalError, "IB: a connection handle that is not IB's");
+    auto* c = reinterpret_cast<SendComm*>(h->pending);
+    if (!c) {
+      auto fresh = std::make_unique<SendComm>();
+      fresh->fd = connectTo(h->addr, Deadline(kSetupSec), /*retryRefused=*/false);  // the listener is up: refused means gone
+      fresh->split = config().ibSplitDataOnQps;
+      fresh->q.create(port(dev), config().ibQpsPerConnection);
+      fresh->fifo = static_cast<FifoEntry*>(aligned_alloc(4096, 4096));
+      memset(fresh->fifo, 0, 4096);
+      fresh->fifoMr = verbs()->regMr(port(dev).pd, fresh->fifo, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+      if (!fresh->fifoMr) fail(ncclSystemError, "IB: registering the FIFO failed: %s", strerror(errno));
+      WireInfo w{};
+      fresh->q.describe(&w);
+      fillIdentity(&w);
+      w.split = fresh->split;
+      w.fifoAddr = reinterpret_cast<uint64_t>(fresh->fifo);
+      w.fifoRkey = fresh->fifoMr->rkey;
+      sendAll(fresh->fd, &w, sizeof(w), Deadline(kSetupSec));
+      c = fresh.release();
+      h->pending = reinterpret_cast<uint64_t>(c);
+    }
+    if (!readable(c->fd)) return nullptr;
+    std::unique_ptr<SendComm> own(c);
+    h->pending = 0;
+    WireInfo peer{};
+    recvAll(c->fd, &peer, sizeof(peer), Deadline(kSetupSec));
+    c->q.connectTo(peer);
+    char ready = 1;
+    sendAll(c->fd, &ready, 1, Deadline(kSetupSec));
+    STRATA_INFO(kSubsysNet, -1, "IB: connected to %s with %d queue pairs%s", c->q.where(0).c_str(), c->q.nqps,
+                c->split ? ", messages split over them" : "");
+    return own.release();
+  }
+
+  void* accept(void* listenComm) override {
+    auto* l = static_cast<ListenComm*>(listenComm);
+    if (l->accepted < 0) {
+      if (!readable(l->fd)) return nullptr;
+      l->accepted = ::accept(l->fd, nullptr, nullptr);
+      if (l->accepted < 0) return nullptr;
+    }
+    if (!l->comm) {
+      if (!readable(l->accepted)) return nullptr;
+      WireInfo peer{};
+      recvAll(l->accepted, &peer, sizeof(peer), Deadline(kSetupSec));
+      auto c = std::make_unique<RecvComm>();
+      c->fd = l->accepted;
+      c->split = peer.split;
+      c->fifoAddr = peer.fifoAddr;
+      c->fifoRkey = peer.fifoRkey;
+      c->q.create(port(l->dev), config().ibQpsPerConnection);
+      c->q.connectTo(peer);
+      WireInfo w{};
+      c->q.describe(&w);
+      fillIdentity(&w);
+      sendAll(c->fd, &w, sizeof(w), Deadline(kSetupSec));
+      l->comm = std::move(c);
+    }
+    if (!readable(l->accepted)) return nullptr;
+    char ready = 0;
+    recvAll(l->accepted, &ready, 1, Deadline(kSetupSec));
+    l->accepted = -1;
+    return l->comm.release();
+  }
+
+  void* regMr(void* comm, void* data, size_t bytes, int ptrType) override {
+    STRATA_REQUIRE(ptrType == net::abi::kPtrHost, ncclInvalidUsage,
+                   "IB: registering device memory (GPUDirect RDMA) is not implemented in Strata's IB network; device "
+                   "buffers go through host memory");
+    return static_cast<Comm*>(comm)->q.port->mrs->acquire(data, bytes);
+  }
+  void deregMr(void* comm, void* mhandle) override { static_cast<Comm*>(comm)->q.port->mrs->release(mhandle); }
+
+  void* isend(void* sendComm, void* data, size_t bytes, int tag, void* mhandle) override {
+    auto* c = static_cast<SendComm*>(sendComm);
+    c->poll();
+    c->throwIfFailed();
+    int slot = static_cast<int>(c->sent % kDepth);
+    FifoEntry* e = &c->fifo[slot];
+    Request& r = c->reqs[slot];
+    if (__atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) != c->sent + 1 || r.kind) {
+      c->checkAlive();
+      c->throwIfFailed();
+      return nullptr;  // the receiver has not posted this receive yet
+    }
+    FifoEntry want = *e;
+    STRATA_REQUIRE(static_cast<int>(want.tag) == tag, ncclInternalError,
+                   "IB: a send with tag %d met a receive with tag %u (%s)", tag, want.tag, c->q.where(0).c_str());
+    STRATA_REQUIRE(bytes <= want.size, ncclInvalidUsage, "IB: a message of %zu bytes to a receive of %u bytes (%s)",
+                   bytes, want.size, c->q.where(0).c_str());
+    auto* mr = static_cast<ibv_mr*>(mhandle);
+    int parts = c->split ? c->q.nqps : 1;
+    size_t chunk = ((bytes + parts - 1) / parts + 127) & ~size_t(127);
+    for (int p = 0; p < parts; ++p) {
+      size_t off = std::min(bytes, p * chunk), len = std::min(chunk, bytes - off);
+      ibv_sge sge{reinterpret_cast<uint64_t>(data) + off, static_cast<uint32_t>(len), mr->lkey};
+      ibv_send_wr wr{};
+      wr.wr_id = kSendTag | static_cast<uint64_t>(slot);
+      wr.sg_list = &sge;
+      wr.num_sge = len ? 1 : 0;
+      wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+      wr.send_flags = IBV_SEND_SIGNALED;
+      wr.imm_data = htonl(static_cast<uint32_t>(len));
+      wr.wr.rdma.remote_addr = want.addr + off;
+      wr.wr.rdma.rkey = want.rkey;
+      c->post(c->split ? p : static_cast<int>(c->sent % c->q.nqps), &wr);
+    }
+    r.kind = 1;
+    r.pending = parts;
+    r.bytes = bytes;
+    ++c->sent;
+    gTotals.messagesSent.fetch_add(1, std::memory_order_relaxed);
+    gTotals.bytesSent.fetch_add(bytes, std::memory_order_relaxed);
+    gTotals.dataWrites.fetch_add(parts, std::memory_order_relaxed);
+    return &r;
+  }
+
+  void* irecv(void* recvComm, void* data, size_t bytes, int tag, void* mhandle) override {
+    auto* c = static_cast<RecvComm*>(recvComm);
+    c->poll();
+    c->throwIfFailed();
+    int slot = static_cast<int>(c->posted % kDepth);
+    Request& r = c->reqs[slot];
+    if (r.kind) return nullptr;  // kDepth receives outstanding
+    int parts = c->split ? c->q.nqps : 1;
+    int qp = static_cast<int>(c->posted % c->q.nqps);
+    for (int p = 0; p < parts; ++p) {
+      ibv_recv_wr wr{};
+      wr.wr_id = kRecvTag | static_cast<uint64_t>(slot);
+      ibv_recv_wr* bad = nullptr;
+      int target = c->split ? p : qp;
+      int rc = ibv_post_recv(c->q.qps[target], &wr, &bad);
+      if (rc) fail(ncclSystemError, "IB: ibv_post_recv on %s failed: %s", c->q.where(target).c_str(), strerror(rc));
+    }
+    FifoEntry e{reinterpret_cast<uint64_t>(data), static_cast<ibv_mr*>(mhandle)->rkey, static_cast<uint32_t>(bytes),
+                static_cast<uint32_t>(tag), 0, c->posted + 1};
+    ibv_sge sge{reinterpret_cast<uint64_t>(&e), sizeof(e), 0};
+    ibv_send_wr wr{};
+    wr.wr_id = kFifoTag | static_cast<uint64_t>(slot);
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+    wr.wr.rdma.remote_addr = c->fifoAddr + static_cast<uint64_t>(slot) * sizeof(FifoEntry);
+    wr.wr.rdma.rkey = c->fifoRkey;
+    c->post(qp, &wr);
+    r.kind = 2;
+    r.pending = parts;
+    r.bytes = 0;
+    ++c->posted;
+    gTotals.fifoWrites.fetch_add(1, std::memory_order_relaxed);
+    return &r;
+  }
+
+  bool test(void* request, size_t* bytes) override {
+    auto* r = static_cast<Request*>(request);
+    Comm* c = r->comm;
+    if (r->pending > 0) c->poll();
+    if (r->pending > 0) c->checkAlive();
+    c->throwIfFailed();
+    if (r->pending > 0) return false;
+    if (bytes) *bytes = r->bytes;
+    r->kind = 0;
+    return true;
+  }
+
+  void closeSend(void* comm) override { closeComm(static_cast<Comm*>(comm)); }
+  void closeRecv(void* comm) override { closeComm(static_cast<Comm*>(comm)); }
+  void closeListen(void* comm) override { delete static_cast<ListenComm*>(comm); }
+  // A half-set-up connection: closing its stream ends the receiver's accept.
+  void cancelConnect(void* handle) override {
+    Handle* h = static_cast<Handle*>(handle);
+    if (h->magic != kMagic || !h->pending) return;
+    delete reinterpret_cast<SendComm*>(h->pending);
+    h->pending = 0;
+  }
+
+ private:
+  const Port& port(int dev) {
+    STRATA_REQUIRE(dev >= 0 && dev < devices(), ncclInternalError, "IB: no device %d (%d devices)", dev, devices());
+    return ports()[static_cast<size_t>(dev)];
+  }
+  void closeComm(Comm* c) {
+    Counters n = counters();
+    STRATA_INFO(kSubsysNet, -1,
+                "IB: closing the connection with %s; this process so far: %llu messages sent (%llu bytes, %llu data "
+                "writes), %llu received, %llu FIFO writes, %llu registrations, %llu served from the cache",
+                c->q.where(0).c_str(), (unsigned long long)n.messagesSent, (unsigned long long)n.bytesSent,
+                (unsigned long long)n.dataWrites, (unsigned long long)n.messagesReceived,
+                (unsigned long long)n.fifoWrites, (unsigned long long)n.registrations,
+                (unsigned long long)n.registrationHits);
+    delete c;
+  }
+
+  std::string name_ = "IB";
+};
+
+}  // namespace
+
+net::Network* ibNetwork() {
+  static IbNetwork* net = [] {
+    const std::string& want = config().netName;
+    if (!want.empty() && strcasecmp(want.c_str(), "IB") != 0) return static_cast<IbNetwork*>(nullptr);
+    return ports().empty() ? nullptr : new IbNetwork;  // never destroyed: connections may close at exit
+  }();
+  return net;
+}
+
+Counters counters() {
+  Counters c;
+  c.messagesSent = gTotals.messagesSent.load();
+  c.bytesSent = gTotals.bytesSent.load();
+  c.dataWrites = gTotals.dataWrites.load();
+  c.fifoWrites = gTotals.fifoWrites.load();
+  c.messagesReceived = gTotals.messagesReceived.load();
+  std::set<MrCache*> seen;  // one cache per device, shared by its ports
+  for (const Port& p : ports()) {
+    if (!seen.insert(p.mrs.get()).second) continue;
+    MrCache::Counters m = p.mrs->counters();
+    c.registrations += m.registrations;
+    c.registrationHits += m.hits;
+  }
+  return c;
+}
+
+}  // namespace strata::transport::ib
