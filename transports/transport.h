@@ -57,6 +57,9 @@ class Registration {
     return c >= base_ && n <= bytes_ && c - base_ <= static_cast<ptrdiff_t>(bytes_ - n);
   }
   virtual void deregister() { live_.store(false, std::memory_order_release); }
+  // The user registered this range (ncclCommRegister): the transport may keep what
+  // makes writes into it cheap (a network registration) until deregister().
+  virtual void persist() {}
 
  private:
   char* base_;

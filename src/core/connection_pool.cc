@@ -155,6 +155,7 @@ void* ConnectionPool::registerBuffer(void* base, size_t bytes) {
     for (const CachedRegistration& c : regs) known |= c.transport == &t;
     if (known || !t.has(transport::kPut)) continue;
     regs.push_back({&t, base, bytes, t.registerMemory(base, bytes)});
+    regs.back().reg->persist();
     ++registrationsMade_;
   }
   std::lock_guard<std::mutex> lock(mu_);

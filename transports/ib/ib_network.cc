@@ -271,6 +271,27 @@ class IbNetwork final : public net::Network {
     return static_cast<Comm*>(comm)->q.port->mrs->acquire(data, bytes);
   }
   void deregMr(void* comm, void* mhandle) override { static_cast<Comm*>(comm)->q.port->mrs->release(mhandle); }
+  bool sendSeesReceive() const override { return true; }  // the FIFO entry carries the receive's size
+  // On every device's cache: whichever port a connection uses finds it registered.
+  void* pinMemory(void* data, size_t bytes) override {
+    auto pin = std::make_unique<std::vector<std::pair<MrCache*, void*>>>();
+    try {
+      for (const Port& p : ports()) {
+        bool seen = false;
+        for (auto& e : *pin) seen |= e.first == p.mrs.get();
+        if (!seen) pin->emplace_back(p.mrs.get(), p.mrs->acquire(data, bytes));
+      }
+    } catch (...) {
+      unpinMemory(pin.release());
+      throw;
+    }
+    return pin.release();
+  }
+  void unpinMemory(void* pin) override {
+    auto* list = static_cast<std::vector<std::pair<MrCache*, void*>>*>(pin);
+    for (auto& e : *list) e.first->release(e.second);
+    delete list;
+  }
 
   void* isend(void* sendComm, void* data, size_t bytes, int tag, void* mhandle) override {
     auto* c = static_cast<SendComm*>(sendComm);

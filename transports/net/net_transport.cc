@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -21,8 +22,6 @@ int deviceFor(Network& net, const PeerInfo& self) {
   return self.rail >= 0 ? self.rail % n : 0;  // the rank's rail (its nearest NIC), else the first
 }
 
-// What both ends share: the slots in registered memory, the rank's counters, and
-// the failure that ends the connection (a network error: the peer is gone).
 // Aborts within a second of each other share one window of half a second.
 std::chrono::steady_clock::time_point abortWindowEnd() {
   static std::mutex mu;
@@ -35,11 +34,20 @@ std::chrono::steady_clock::time_point abortWindowEnd() {
 
 }  // namespace
 
+// What both ends share: the slots in registered memory, the rank's counters, and
+// the failure that ends the connection (a network error: the peer is gone). Where
+// the network sees each receive's size at the sender (Network::sendSeesReceive),
+// a second comm carries one-sided puts: the receiver posts each offer as a receive
+// into its own memory, the sender sends each put from the caller's, and the
+// network moves the bytes between them (over IB: one RDMA write). Buffers are
+// registered for the operation (the network's cache shares overlapping ones; a
+// range the user registered stays registered, see NetRegistration).
 class NetConnection {
  public:
   NetConnection(const ConnectRequest& req, Network& net, LiveConnections& live)
-      : net_(net), live_(live), slotBytes_(req.slotBytes), slots_(req.slots), memory_(slotBytes_ * slots_),
-        sizes_(slots_), requests_(slots_, nullptr), self_(req.self->rank), peer_(req.peer->rank) {
+      : net_(net), live_(live), puts_(net.sendSeesReceive()), slotBytes_(req.slotBytes), slots_(req.slots),
+        memory_(slotBytes_ * slots_), sizes_(slots_), requests_(slots_, nullptr), self_(req.self->rank),
+        peer_(req.peer->rank) {
     dev_ = deviceFor(net, *req.self);
     std::lock_guard<std::mutex> lock(live_.mu);
     live_.set.insert(this);
@@ -65,9 +73,19 @@ class NetConnection {
     try {
       step();
     } catch (const Error& e) {
-      STRATA_WARN(self_, "net transport (%s): connection with rank %d failed: %s", net_.name().c_str(), peer_,
-                  e.what());
-      failed_ = true;
+      failWith(e);
+    }
+  }
+  void failWith(const Error& e) {
+    STRATA_WARN(self_, "net transport (%s): connection with rank %d failed: %s", net_.name().c_str(), peer_,
+                e.what());
+    failed_ = true;
+  }
+  void deregPut(void* comm, void* mh) {
+    try {
+      net_.deregMr(comm, mh);
+    } catch (const Error& e) {
+      STRATA_INFO(kSubsysNet, self_, "net transport: deregistering a put buffer (rank %d): %s", peer_, e.what());
     }
   }
   virtual void step() = 0;
@@ -78,19 +96,21 @@ class NetConnection {
   virtual bool needsSweep() const = 0;
   char* slot(uint64_t m) { return memory_.data() + (m % slots_) * slotBytes_; }
   // Deregisters and closes, ignoring errors (the peer may be gone).
-  void closeComm(void* comm, void (Network::*close)(void*)) {
+  // `mh`: the slots' registration on it, if any.
+  void closeComm(void* comm, void (Network::*close)(void*), void** mh) {
     if (!comm) return;
     try {
-      if (mh_) net_.deregMr(comm, mh_);
+      if (mh && *mh) net_.deregMr(comm, *mh);
       (net_.*close)(comm);
     } catch (const Error& e) {
       STRATA_INFO(kSubsysNet, self_, "net transport: closing the connection with rank %d: %s", peer_, e.what());
     }
-    mh_ = nullptr;
+    if (mh) *mh = nullptr;
   }
 
   Network& net_;
   LiveConnections& live_;
+  bool puts_;  // a second comm carries one-sided puts
   int dev_ = 0;
   size_t slotBytes_;
   int slots_;
@@ -105,18 +125,19 @@ class NetConnection {
 
 namespace {
 
-class NetSend final : public NetConnection, public SendConnection {
+class NetSend final : public NetConnection, public SendConnection, public PutSender {
  public:
   NetSend(const ConnectRequest& req, Network& net, LiveConnections& live, const std::string& handle)
       : NetConnection(req, net, live) {
-    STRATA_REQUIRE(handle.size() == kHandleBytes, ncclInternalError, "net transport: a handle of %zu bytes",
-                   handle.size());
+    size_t want = (puts_ ? 2 : 1) * kHandleBytes;
+    STRATA_REQUIRE(handle.size() == want, ncclInternalError, "net transport: a handle of %zu bytes, not %zu",
+                   handle.size(), want);
     memcpy(handle_, handle.data(), kHandleBytes);
+    if (puts_) memcpy(putHandle_, handle.data() + kHandleBytes, kHandleBytes);
   }
   ~NetSend() override {
     retire();
-    if (!comm_) net_.cancelConnect(handle_);
-    closeComm(comm_, &Network::closeSend);
+    closeAll();
   }
 
   void* trySlot() override {
@@ -146,20 +167,76 @@ class NetSend final : public NetConnection, public SendConnection {
       }
       if (!comm_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    if (!comm_) net_.cancelConnect(handle_);
-    closeComm(comm_, &Network::closeSend);
-    comm_ = nullptr;
+    closeAll();
   }
   bool peerAborted() const override { return failed_; }
   bool flushed() override {
     std::lock_guard<std::mutex> lock(mu_);
     progressLocked();
-    return failed_ || done_ == head_;
+    return failed_ || (done_ == head_ && inFlight_.empty());
+  }
+  PutSender* puts() override { return puts_ ? this : nullptr; }
+
+  // PutSender. The source is registered once per put (kept while the network has
+  // no offer yet, so that retries do not register again).
+  bool tryPut(const void* src, size_t bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    progressLocked();
+    if (failed_ || !putComm_) return false;
+    try {
+      if (!pendingMh_ || pendingSrc_ != src || pendingBytes_ != bytes) {
+        if (pendingMh_) deregPut(putComm_, pendingMh_);
+        pendingMh_ = nullptr;
+        pendingMh_ = net_.regMr(putComm_, const_cast<void*>(src), bytes, abi::kPtrHost);
+        pendingSrc_ = src;
+        pendingBytes_ = bytes;
+      }
+      void* r = net_.isend(putComm_, const_cast<void*>(src), bytes, 0, pendingMh_);
+      if (!r) return false;  // no offer yet
+      inFlight_.push_back({r, pendingMh_});
+      pendingMh_ = nullptr;
+      return true;
+    } catch (const Error& e) {
+      if (e.code() == ncclInvalidUsage) throw;  // the caller's mistake (larger than the offer): theirs to see
+      failWith(e);
+      return false;
+    }
+  }
+  // Progresses the puts in flight (the network may move data only when asked).
+  bool putsComplete() const override {
+    auto* self = const_cast<NetSend*>(this);
+    std::lock_guard<std::mutex> lock(self->mu_);
+    self->progressLocked();
+    return failed_ || inFlight_.empty();
   }
 
  private:
-  bool needsSweep() const override { return !comm_ || done_ < head_; }
+  struct InFlight {
+    void* request;
+    void* mh;
+  };
+  void closeAll() {
+    if (!comm_) net_.cancelConnect(handle_);
+    closeComm(comm_, &Network::closeSend, &mh_);
+    comm_ = nullptr;
+    if (!puts_) return;
+    if (!putComm_) net_.cancelConnect(putHandle_);
+    if (putComm_) {
+      if (pendingMh_) deregPut(putComm_, pendingMh_);
+      for (InFlight& f : inFlight_) deregPut(putComm_, f.mh);
+      closeComm(putComm_, &Network::closeSend, nullptr);
+    }
+    pendingMh_ = nullptr;
+    inFlight_.clear();
+    putComm_ = nullptr;
+  }
+  bool needsSweep() const override { return !comm_ || done_ < head_ || (puts_ && (!putComm_ || !inFlight_.empty())); }
   void step() override {
+    if (puts_ && !putComm_) putComm_ = net_.connect(dev_, putHandle_);
+    while (!inFlight_.empty() && net_.test(inFlight_.front().request, nullptr)) {
+      deregPut(putComm_, inFlight_.front().mh);
+      inFlight_.pop_front();
+    }
     if (!comm_) {
       comm_ = net_.connect(dev_, handle_);  // the plugin may keep its progress in the handle
       if (!comm_) return;
@@ -175,22 +252,72 @@ class NetSend final : public NetConnection, public SendConnection {
   }
 
   char handle_[kHandleBytes];
+  char putHandle_[kHandleBytes] = {};
   void* comm_ = nullptr;
+  void* putComm_ = nullptr;
   uint64_t head_ = 0, sent_ = 0, done_ = 0;  // posted by the rank, handed to the network, completed
+  const void* pendingSrc_ = nullptr;  // a put registered, waiting for its offer
+  size_t pendingBytes_ = 0;
+  void* pendingMh_ = nullptr;
+  std::deque<InFlight> inFlight_;  // puts the network took, not yet complete
 };
 
-class NetRecv final : public NetConnection, public RecvConnection {
+class NetRecv final : public NetConnection, public RecvConnection, public PutReceiver {
  public:
   NetRecv(const ConnectRequest& req, Network& net, LiveConnections& live, std::string* handle)
       : NetConnection(req, net, live) {
     char h[kHandleBytes] = {};
     listen_ = net.listen(dev_, h);
     handle->assign(h, kHandleBytes);
+    if (!puts_) return;
+    memset(h, 0, kHandleBytes);
+    putListen_ = net.listen(dev_, h);
+    handle->append(h, kHandleBytes);
   }
   ~NetRecv() override {
     retire();
-    closeComm(comm_, &Network::closeRecv);
-    closeListener();
+    closeAll();
+  }
+  PutReceiver* puts() override { return puts_ ? this : nullptr; }
+
+  // PutReceiver: each offer is a receive into the caller's memory, registered for it.
+  bool tryOffer(void* dst, size_t bytes, const Registration& reg) override {
+    STRATA_REQUIRE(reg.live() && reg.covers(dst, bytes), ncclInvalidUsage,
+                   "net transport: rank %d offered %zu bytes at %p outside a live registration", self_, bytes, dst);
+    std::lock_guard<std::mutex> lock(mu_);
+    progressLocked();
+    if (failed_ || !putComm_ || offers_.size() >= kMaxOffers) return false;
+    void* mh = nullptr;
+    try {
+      mh = net_.regMr(putComm_, dst, bytes, abi::kPtrHost);
+      if (void* r = net_.irecv(putComm_, dst, bytes, 0, mh)) {
+        offers_.push_back({r, mh});
+        return true;
+      }
+    } catch (const Error& e) {
+      if (mh) deregPut(putComm_, mh);
+      if (e.code() == ncclInvalidUsage) throw;
+      failWith(e);
+      return false;
+    }
+    deregPut(putComm_, mh);
+    return false;
+  }
+  bool tryPutDone(size_t* bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    progressLocked();
+    if (failed_ || offers_.empty()) return false;
+    size_t n = 0;
+    try {
+      if (!net_.test(offers_.front().request, &n)) return false;
+    } catch (const Error& e) {
+      failWith(e);
+      return false;
+    }
+    deregPut(putComm_, offers_.front().mh);
+    offers_.pop_front();
+    *bytes = n;
+    return true;
   }
 
   const void* tryData(size_t* bytes) override {
@@ -209,24 +336,40 @@ class NetRecv final : public NetConnection, public RecvConnection {
   void abort() override {
     std::lock_guard<std::mutex> lock(mu_);
     failed_ = true;
-    closeComm(comm_, &Network::closeRecv);
-    comm_ = nullptr;
-    closeListener();
+    closeAll();
   }
   bool peerAborted() const override { return failed_; }
 
  private:
-  void closeListener() {
-    if (!listen_) return;
+  static constexpr size_t kMaxOffers = 8;
+  struct Offer {
+    void* request;
+    void* mh;
+  };
+  void closeAll() {
+    closeComm(comm_, &Network::closeRecv, &mh_);
+    comm_ = nullptr;
+    closeListener(&listen_);
+    if (putComm_) {
+      for (Offer& o : offers_) deregPut(putComm_, o.mh);
+      closeComm(putComm_, &Network::closeRecv, nullptr);
+    }
+    offers_.clear();
+    putComm_ = nullptr;
+    closeListener(&putListen_);
+  }
+  void closeListener(void** listener) {
+    if (!*listener) return;
     try {
-      net_.closeListen(listen_);
+      net_.closeListen(*listener);
     } catch (const Error& e) {
       STRATA_INFO(kSubsysNet, self_, "net transport: closing the listener for rank %d: %s", peer_, e.what());
     }
-    listen_ = nullptr;
+    *listener = nullptr;
   }
-  bool needsSweep() const override { return !comm_ && listen_; }
+  bool needsSweep() const override { return (!comm_ && listen_) || (!putComm_ && putListen_); }
   void step() override {
+    if (!putComm_ && putListen_) putComm_ = net_.accept(putListen_);
     if (!comm_) {
       if (!listen_) return;
       comm_ = net_.accept(listen_);
@@ -249,10 +392,50 @@ class NetRecv final : public NetConnection, public RecvConnection {
 
   void* listen_ = nullptr;
   void* comm_ = nullptr;
+  void* putListen_ = nullptr;
+  void* putComm_ = nullptr;
+  std::deque<Offer> offers_;  // posted, oldest first
   uint64_t posted_ = 0, arrived_ = 0, consumed_ = 0;  // receives posted, completed, released by the rank
 };
 
+// A range the receiver offers puts into. Offers register for the operation; a
+// persisted one (ncclCommRegister) is pinned with the network until deregistered.
+class NetRegistration final : public Registration {
+ public:
+  NetRegistration(void* base, size_t bytes, Network& net) : Registration(base, bytes), net_(net) {}
+  ~NetRegistration() override { unpin(); }
+  void persist() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!pin_) pin_ = net_.pinMemory(base(), bytes());
+  }
+  void deregister() override {
+    unpin();
+    Registration::deregister();
+  }
+
+ private:
+  void unpin() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pin_) net_.unpinMemory(pin_);
+    pin_ = nullptr;
+  }
+  Network& net_;
+  std::mutex mu_;
+  void* pin_ = nullptr;
+};
+
 }  // namespace
+
+uint32_t NetTransport::capabilities() const {
+  Network* n = network();
+  return kSlots | kNeedsPolling | (n && n->sendSeesReceive() ? uint32_t{kPut} : 0u);
+}
+
+std::shared_ptr<Registration> NetTransport::registerMemory(void* base, size_t bytes) {
+  Network* n = network();
+  if (!n || !n->sendSeesReceive()) return nullptr;
+  return std::make_shared<NetRegistration>(base, bytes, *n);
+}
 
 bool NetTransport::canConnect(const PeerInfo& self, const PeerInfo& peer) const {
   return !self.sameHost(peer) && network() != nullptr;

@@ -29,13 +29,16 @@ class NetTransport final : public Transport {
   NetTransport(const char* name, Network* (*network)()) : name_(name), network_(network) {}
   const char* name() const override { return name_; }
   Network* network() const { return network_(); }
-  uint32_t capabilities() const override { return kSlots | kNeedsPolling; }
+  // Slots always; one-sided puts where the network sees each receive's size.
+  uint32_t capabilities() const override;
   // Ranks on different hosts, when a network is loaded.
   bool canConnect(const PeerInfo& self, const PeerInfo& peer) const override;
   std::unique_ptr<RecvConnection> listen(const ConnectRequest& req, std::string* handle) override;
   std::unique_ptr<SendConnection> connect(const ConnectRequest& req, const std::string& handle) override;
   bool progress() override;
   bool active() const override;
+  // A range peers may put into (kPut); persist() keeps it registered with the network.
+  std::shared_ptr<Registration> registerMemory(void* base, size_t bytes) override;
 
  private:
   const char* name_;

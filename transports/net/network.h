@@ -52,6 +52,19 @@ class Network {
   // The sender gives up a connect() that has not returned a comm: frees what the
   // network keeps in `handle` for it (NCCL's plugins have no such call).
   virtual void cancelConnect(void* handle) { (void)handle; }
+  // True when isend sees the matching receive's size and refuses (ncclInvalidUsage)
+  // a larger message, as IB's FIFO lets it: the net transport then offers one-sided
+  // puts (kPut) over it. NCCL's plugins do not say, so they keep to the slots.
+  virtual bool sendSeesReceive() const { return false; }
+  // Keeps [data, data + bytes) registered until unpinMemory (the user registered it:
+  // ncclCommRegister), so that regMr inside it costs nothing; null when the
+  // network has no such notion.
+  virtual void* pinMemory(void* data, size_t bytes) {
+    (void)data;
+    (void)bytes;
+    return nullptr;
+  }
+  virtual void unpinMemory(void* pin) { (void)pin; }
 };
 
 }  // namespace strata::transport::net
