@@ -130,6 +130,10 @@ void pushWc(Cq* cq, const ibv_wc& wc);
 // The GID a port reports at `index`: fe80::, the IPv4 address, the port, the device.
 ibv_gid localGid(int device, int index);
 
+// The port's max_msg_sz: STRATA_VERBS_EMU_MAX_MSG bytes (default 1 GiB, as mlx5
+// reports); a larger work request completes with IBV_WC_LOC_LEN_ERR.
+uint32_t maxMessage();
+
 // Looks up [addr, addr + len) under `lkey` in `pd`; null unless it lies inside.
 Mr* findLocal(ibv_pd* pd, uint32_t lkey, uint64_t addr, uint64_t len);
 

@@ -49,6 +49,15 @@ Mr* findLocal(ibv_pd* pd, uint32_t lkey, uint64_t addr, uint64_t len) {
   return it->second;
 }
 
+uint32_t maxMessage() {
+  static const uint32_t n = [] {
+    const char* v = getenv("STRATA_VERBS_EMU_MAX_MSG");
+    long long x = v ? atoll(v) : 0;
+    return x > 0 && x <= (1ll << 31) ? static_cast<uint32_t>(x) : (1u << 30);
+  }();
+  return n;
+}
+
 namespace {
 
 int numDevices() {
@@ -85,7 +94,7 @@ int postSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
     s.rkey = wr->wr.rdma.rkey;
     uint64_t total = 0;
     for (int i = 0; !err && i < wr->num_sge; ++i) total += wr->sg_list[i].length;
-    if (!err && total > (1u << 31)) err = EINVAL;
+    if (!err && total > 0xffffffffull) err = EINVAL;  // a WR's length is 32 bits
     if (!err && (wr->send_flags & IBV_SEND_INLINE)) {
       if (wr->opcode == IBV_WR_RDMA_READ || total > q->cap.max_inline_data) err = EINVAL;
       s.isInline = true;
@@ -238,7 +247,7 @@ __attribute__((visibility("default"))) int(ibv_query_port)(ibv_context*, uint8_t
   a->max_mtu = IBV_MTU_4096;
   a->active_mtu = IBV_MTU_4096;
   a->gid_tbl_len = 2;
-  a->max_msg_sz = 1u << 31;
+  a->max_msg_sz = maxMessage();
   a->pkey_tbl_len = 1;
   a->active_width = 2;   // 4x
   a->active_speed = 32;  // EDR, 25 Gbit/s a lane: 100 Gbit/s

@@ -199,6 +199,10 @@ bool openStream(Qp* q) {
 bool transmit(Qp* q) {
   while (!q->pending.empty() && q->stream.out.size() < (4u << 20)) {
     SendWr& w = q->pending.front();
+    if (w.bytes > maxMessage()) {  // longer than the port's max_msg_sz
+      failFront(q, IBV_WC_LOC_LEN_ERR);
+      return false;
+    }
     Request r{static_cast<uint32_t>(w.op), w.bytes, w.remoteAddr, w.rkey, w.imm, static_cast<uint32_t>(q->rnrRetry), 0};
     std::string payload;
     if (w.op != IBV_WR_RDMA_READ) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -318,6 +319,21 @@ TEST_F(Pair, CompletionsComeInPostedOrder) {
     ASSERT_EQ(ntohl(r.imm_data), static_cast<uint32_t>(i));
   }
   EXPECT_EQ(memcmp(dst.data(), src.data(), 100), 0);
+}
+
+TEST_F(Pair, AWriteAboveMaxMsgSzIsALocalLengthError) {
+  ibv_port_attr pa{};
+  ASSERT_EQ(ibv_query_port(a.ctx, 1, &pa), 0);
+  EXPECT_EQ(pa.max_msg_sz, 1u << 30);
+  connect(a, b);
+  size_t big = (size_t(1) << 30) + 4096;  // reserved, never touched: the length check comes first
+  void* p = mmap(nullptr, big, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  ibv_mr* mr = ibv_reg_mr(a.pd, p, big, kAll);
+  ASSERT_EQ(postWrite(a, IBV_WR_RDMA_WRITE, p, (1u << 30) + 1, mr->lkey, dstAddr(), dstMr->rkey), 0);
+  EXPECT_EQ(next(a.cq).status, IBV_WC_LOC_LEN_ERR);
+  ibv_dereg_mr(mr);
+  munmap(p, big);
 }
 
 TEST_F(Pair, DeregisteredRegionRefusesWrites) {

@@ -13,14 +13,15 @@ void QpSet::create(const Port& p, int queuePairs) {
   const Verbs& v = *verbs();
   port = &p;
   nqps = queuePairs;
-  cq = v.createCq(p.ctx, 4 * kDepth * nqps + 16, nullptr, nullptr, 0);
+  // Room for every completion in flight: per QP the send queue and the receive queue.
+  cq = v.createCq(p.ctx, (4 * kDepth + kDepth) * nqps + 16, nullptr, nullptr, 0);
   if (!cq) fail(ncclSystemError, "IB %s:%d: ibv_create_cq failed: %s", p.device.c_str(), p.port, strerror(errno));
   for (int i = 0; i < nqps; ++i) {
     ibv_qp_init_attr a{};
     a.send_cq = cq;
     a.recv_cq = cq;
     a.qp_type = IBV_QPT_RC;
-    a.cap.max_send_wr = 2 * kDepth;
+    a.cap.max_send_wr = 4 * kDepth;  // messages above max_msg_sz take several writes
     a.cap.max_recv_wr = kDepth;
     a.cap.max_send_sge = 1;
     a.cap.max_recv_sge = 1;
@@ -77,9 +78,8 @@ void QpSet::connectTo(const WireInfo& peer) {
       a.ah_attr.grh.sgid_index = static_cast<uint8_t>(port->gidIndex);
       a.ah_attr.grh.hop_limit = 255;
       a.ah_attr.grh.traffic_class = static_cast<uint8_t>(config().ibTc);
-    } else {
-      a.ah_attr.dlid = peer.lid;
     }
+    if (!port->roce) a.ah_attr.dlid = peer.lid;  // InfiniBand: the LID always (the GRH adds routing)
     int rc = v.modifyQp(qps[i], &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                                         IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
     if (rc) fail(ncclSystemError, "IB: %s to RTR: %s", where(i).c_str(), strerror(rc));

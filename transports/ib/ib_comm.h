@@ -23,6 +23,10 @@ struct FifoEntry {
   uint32_t rkey, size, tag, pad;
   uint64_t seq;
 };
+// 32 bytes in a page-aligned array: an entry never straddles a 64-byte line, so the
+// NIC's in-order write of it (no relaxed ordering on the FIFO's registration) makes
+// `seq` visible with the rest.
+static_assert(sizeof(FifoEntry) == 32, "FIFO entries are 32 bytes");
 
 // What each end tells the other over TCP.
 struct WireInfo {

@@ -1,5 +1,6 @@
 #include "transports/ib/ib_devices.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/config.h"
@@ -107,12 +108,20 @@ int chooseGidIndex(const Verbs& v, ibv_context* ctx, int port, const ibv_port_at
   if (config().ibGidIndex >= 0) return config().ibGidIndex;
   if (!v.queryGidEx) return 0;
   uint32_t want = config().ibRoceVersion == 1 ? IBV_GID_TYPE_ROCE_V1 : IBV_GID_TYPE_ROCE_V2;
+  // Best first, as NCCL's default address family does: IPv4-mapped (routable on L3
+  // fabrics), then global IPv6, then link-local (fe80::, not routed).
+  int best = -1, bestRank = 0;
   for (int i = 0; i < attr.gid_tbl_len; ++i) {
     ibv_gid_entry e{};
     if (v.queryGidEx(ctx, static_cast<uint32_t>(port), static_cast<uint32_t>(i), &e, 0, sizeof(e)) != 0) continue;
-    if (e.gid_type == want && !zeroGid(e.gid)) return i;
+    if (e.gid_type != want || zeroGid(e.gid)) continue;
+    const uint8_t* g = e.gid.raw;
+    bool v4 = g[10] == 0xff && g[11] == 0xff && std::all_of(g, g + 10, [](uint8_t b) { return b == 0; });
+    bool linkLocal = g[0] == 0xfe && (g[1] & 0xc0) == 0x80;
+    int rank = v4 ? 3 : linkLocal ? 1 : 2;
+    if (rank > bestRank) best = i, bestRank = rank;
   }
-  return 0;
+  return best >= 0 ? best : 0;
 }
 
 const std::vector<Port>& ports() {

@@ -62,6 +62,7 @@ struct Comm {
   ncclResult_t failCode = ncclSuccess;
   std::string failure;
   double nextAliveCheck = 0;
+  bool gone = false;
   Request reqs[kDepth];
 
   Comm() {
@@ -80,17 +81,22 @@ struct Comm {
   void throwIfFailed() const {
     if (failed) throw Error(failCode, failure);
   }
-  // Every 50 ms while waiting: has the peer's process closed the setup stream?
-  void checkAlive() {
+  // Every 50 ms while waiting: true once the peer's process has closed the setup
+  // stream. The caller polls the CQ once more before calling that a failure: the
+  // peer may have finished (and closed) right after its last write landed.
+  bool peerGone() {
     double now = nowSec();
-    if (failed || now < nextAliveCheck) return;
+    if (gone || now < nextAliveCheck) return gone;
     nextAliveCheck = now + 0.05;
-    if (!readable(fd)) return;
+    if (!readable(fd)) return false;
     char b;
     ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-      setFailed(ncclRemoteError, format("IB: %s closed the connection (its process exited or aborted)",
-                                        q.where(0).c_str()));
+    gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    return gone;
+  }
+  void failGone() {
+    setFailed(ncclRemoteError,
+              format("IB: %s closed the connection (its process exited or aborted)", q.where(0).c_str()));
   }
   void onCompletion(const ibv_wc& wc) {
     if (wc.status != IBV_WC_SUCCESS) {
@@ -159,7 +165,7 @@ struct ListenComm {
   int accepted = -1;
   std::unique_ptr<RecvComm> comm;
   ~ListenComm() {
-    if (accepted >= 0 && !comm) close(accepted);
+    if (accepted >= 0) close(accepted);
     if (fd >= 0) close(fd);
   }
 };
@@ -207,6 +213,7 @@ class IbNetwork final : public net::Network {
       fresh->split = config().ibSplitDataOnQps;
       fresh->q.create(port(dev), config().ibQpsPerConnection);
       fresh->fifo = static_cast<FifoEntry*>(aligned_alloc(4096, 4096));
+      STRATA_REQUIRE(fresh->fifo, ncclSystemError, "IB: no memory for a connection's FIFO");
       memset(fresh->fifo, 0, 4096);
       fresh->fifoMr = verbs()->regMr(port(dev).pd, fresh->fifo, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
       if (!fresh->fifoMr) fail(ncclSystemError, "IB: registering the FIFO failed: %s", strerror(errno));
@@ -235,7 +242,7 @@ class IbNetwork final : public net::Network {
 
   void* accept(void* listenComm) override {
     auto* l = static_cast<ListenComm*>(listenComm);
-    if (l->accepted < 0) {
+    if (l->accepted < 0 && !l->comm) {
       if (!readable(l->fd)) return nullptr;
       l->accepted = ::accept(l->fd, nullptr, nullptr);
       if (l->accepted < 0) return nullptr;
@@ -245,7 +252,8 @@ class IbNetwork final : public net::Network {
       WireInfo peer{};
       recvAll(l->accepted, &peer, sizeof(peer), Deadline(kSetupSec));
       auto c = std::make_unique<RecvComm>();
-      c->fd = l->accepted;
+      c->fd = l->accepted;  // owned by c from here: closed once, with it
+      l->accepted = -1;
       c->split = peer.split;
       c->fifoAddr = peer.fifoAddr;
       c->fifoRkey = peer.fifoRkey;
@@ -257,10 +265,9 @@ class IbNetwork final : public net::Network {
       sendAll(c->fd, &w, sizeof(w), Deadline(kSetupSec));
       l->comm = std::move(c);
     }
-    if (!readable(l->accepted)) return nullptr;
+    if (!readable(l->comm->fd)) return nullptr;
     char ready = 0;
-    recvAll(l->accepted, &ready, 1, Deadline(kSetupSec));
-    l->accepted = -1;
+    recvAll(l->comm->fd, &ready, 1, Deadline(kSetupSec));
     return l->comm.release();
   }
 
@@ -295,13 +302,15 @@ class IbNetwork final : public net::Network {
 
   void* isend(void* sendComm, void* data, size_t bytes, int tag, void* mhandle) override {
     auto* c = static_cast<SendComm*>(sendComm);
+    STRATA_REQUIRE(bytes <= UINT32_MAX, ncclInvalidUsage, "IB: a message of %zu bytes (at most 4 GiB - 1 a message)",
+                   bytes);
     c->poll();
     c->throwIfFailed();
     int slot = static_cast<int>(c->sent % kDepth);
     FifoEntry* e = &c->fifo[slot];
     Request& r = c->reqs[slot];
     if (__atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) != c->sent + 1 || r.kind) {
-      c->checkAlive();
+      if (c->peerGone()) c->failGone();  // it never will
       c->throwIfFailed();
       return nullptr;  // the receiver has not posted this receive yet
     }
@@ -313,32 +322,25 @@ class IbNetwork final : public net::Network {
     auto* mr = static_cast<ibv_mr*>(mhandle);
     int parts = c->split ? c->q.nqps : 1;
     size_t chunk = ((bytes + parts - 1) / parts + 127) & ~size_t(127);
+    int writes = 0;
     for (int p = 0; p < parts; ++p) {
       size_t off = std::min(bytes, p * chunk), len = std::min(chunk, bytes - off);
-      ibv_sge sge{reinterpret_cast<uint64_t>(data) + off, static_cast<uint32_t>(len), mr->lkey};
-      ibv_send_wr wr{};
-      wr.wr_id = kSendTag | static_cast<uint64_t>(slot);
-      wr.sg_list = &sge;
-      wr.num_sge = len ? 1 : 0;
-      wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-      wr.send_flags = IBV_SEND_SIGNALED;
-      wr.imm_data = htonl(static_cast<uint32_t>(len));
-      wr.wr.rdma.remote_addr = want.addr + off;
-      wr.wr.rdma.rkey = want.rkey;
-      c->post(c->split ? p : static_cast<int>(c->sent % c->q.nqps), &wr);
+      writes += writePart(c, c->split ? p : static_cast<int>(c->sent % c->q.nqps), slot,
+                          reinterpret_cast<char*>(data) + off, len, mr->lkey, want.addr + off, want.rkey);
     }
     r.kind = 1;
-    r.pending = parts;
+    r.pending = writes;
     r.bytes = bytes;
     ++c->sent;
     gTotals.messagesSent.fetch_add(1, std::memory_order_relaxed);
     gTotals.bytesSent.fetch_add(bytes, std::memory_order_relaxed);
-    gTotals.dataWrites.fetch_add(parts, std::memory_order_relaxed);
+    gTotals.dataWrites.fetch_add(writes, std::memory_order_relaxed);
     return &r;
   }
 
   void* irecv(void* recvComm, void* data, size_t bytes, int tag, void* mhandle) override {
     auto* c = static_cast<RecvComm*>(recvComm);
+    STRATA_REQUIRE(bytes <= UINT32_MAX, ncclInvalidUsage, "IB: a receive of %zu bytes (at most 4 GiB - 1)", bytes);
     c->poll();
     c->throwIfFailed();
     int slot = static_cast<int>(c->posted % kDepth);
@@ -378,7 +380,10 @@ class IbNetwork final : public net::Network {
     auto* r = static_cast<Request*>(request);
     Comm* c = r->comm;
     if (r->pending > 0) c->poll();
-    if (r->pending > 0) c->checkAlive();
+    if (r->pending > 0 && c->peerGone()) {
+      c->poll();
+      if (r->pending > 0) c->failGone();
+    }
     c->throwIfFailed();
     if (r->pending > 0) return false;
     if (bytes) *bytes = r->bytes;
@@ -398,6 +403,33 @@ class IbNetwork final : public net::Network {
   }
 
  private:
+  // One part of a message on queue pair `qp`: RDMA writes of at most the port's
+  // max_msg_sz, the last with the part's size as its immediate (the receiver's one
+  // receive completes on it; in-order delivery puts the others before it). Returns
+  // the writes posted, each signalled.
+  static int writePart(Comm* c, int qp, int slot, char* src, size_t len, uint32_t lkey, uint64_t dst, uint32_t rkey) {
+    size_t most = c->q.port->attr.max_msg_sz ? c->q.port->attr.max_msg_sz : (1u << 30);
+    int n = 0;
+    size_t off = 0;
+    do {
+      size_t piece = std::min(most, len - off);
+      bool last = off + piece == len;
+      ibv_sge sge{reinterpret_cast<uint64_t>(src + off), static_cast<uint32_t>(piece), lkey};
+      ibv_send_wr wr{};
+      wr.wr_id = kSendTag | static_cast<uint64_t>(slot);
+      wr.sg_list = &sge;
+      wr.num_sge = piece ? 1 : 0;
+      wr.opcode = last ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+      wr.send_flags = IBV_SEND_SIGNALED;
+      wr.imm_data = htonl(static_cast<uint32_t>(len));
+      wr.wr.rdma.remote_addr = dst + off;
+      wr.wr.rdma.rkey = rkey;
+      c->post(qp, &wr);
+      ++n;
+      off += piece;
+    } while (off < len);
+    return n;
+  }
   const Port& port(int dev) {
     STRATA_REQUIRE(dev >= 0 && dev < devices(), ncclInternalError, "IB: no device %d (%d devices)", dev, devices());
     return ports()[static_cast<size_t>(dev)];

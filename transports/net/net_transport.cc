@@ -49,6 +49,9 @@ class NetConnection {
         memory_(slotBytes_ * slots_), sizes_(slots_), requests_(slots_, nullptr), self_(req.self->rank),
         peer_(req.peer->rank) {
     dev_ = deviceFor(net, *req.self);
+  }
+  // Into the sweep, once the derived object is whole (a sweep calls its virtuals).
+  void enlist() {
     std::lock_guard<std::mutex> lock(live_.mu);
     live_.set.insert(this);
     live_.count.fetch_add(1);
@@ -442,11 +445,15 @@ bool NetTransport::canConnect(const PeerInfo& self, const PeerInfo& peer) const 
 }
 
 std::unique_ptr<RecvConnection> NetTransport::listen(const ConnectRequest& req, std::string* handle) {
-  return std::make_unique<NetRecv>(req, *network(), live_, handle);
+  auto c = std::make_unique<NetRecv>(req, *network(), live_, handle);
+  c->enlist();
+  return c;
 }
 
 std::unique_ptr<SendConnection> NetTransport::connect(const ConnectRequest& req, const std::string& handle) {
-  return std::make_unique<NetSend>(req, *network(), live_, handle);
+  auto c = std::make_unique<NetSend>(req, *network(), live_, handle);
+  c->enlist();
+  return c;
 }
 
 bool NetTransport::progress() {
