@@ -56,6 +56,7 @@ struct SendWr {
   uint32_t rkey = 0;
   uint32_t imm = 0;  // network order, as the caller gave it
   uint32_t bytes = 0;
+  uint64_t sourceHash = 0;  // of the bytes transmitted (checked again at the completion)
 };
 
 struct RecvWr {

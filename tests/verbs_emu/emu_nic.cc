@@ -17,6 +17,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -165,6 +166,30 @@ void failFront(Qp* q, ibv_wc_status st) {
   setQpError(q);
 }
 
+uint64_t hashBytes(const char* p, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0x100000001b3ull;
+  }
+  for (; i < n; ++i) h = (h ^ static_cast<uint8_t>(p[i])) * 0x100000001b3ull;
+  return h;
+}
+
+// Hardware reads a send's source by DMA some time before the completion, so a
+// caller that changes it before then sends garbage. The emulator copies it when it
+// transmits; at the completion it checks the source still holds what was sent.
+bool sourceChanged(Qp* q, const SendWr& w) {
+  std::string now;
+  for (const ibv_sge& g : w.sges) {
+    if (!findLocal(q->qp.pd, g.lkey, g.addr, g.length)) return true;  // deregistered in flight
+    now.append(reinterpret_cast<const char*>(g.addr), g.length);
+  }
+  return hashBytes(now.data(), now.size()) != w.sourceHash;
+}
+
 // ---- requester ----
 
 bool openStream(Qp* q) {
@@ -215,6 +240,7 @@ bool transmit(Qp* q) {
         payload.append(reinterpret_cast<const char*>(g.addr), g.length);
       }
     }
+    if (!w.isInline) w.sourceHash = hashBytes(payload.data(), payload.size());
     append(&q->stream.out, r);
     q->stream.out += payload;
     q->inflight.push_back(std::move(w));
@@ -263,6 +289,12 @@ void takeResponses(Qp* q) {
     s.in.erase(0, sizeof(r) + (read && r.status == IBV_WC_SUCCESS ? r.len : 0));
     if (st != IBV_WC_SUCCESS) {
       failFront(q, st);
+      return;
+    }
+    if (!read && !w.isInline && sourceChanged(q, w)) {  // reused before its completion: a transport bug
+      fprintf(stderr, "verbs_emu: QP 0x%x: the source of work request %llu changed before it completed\n",
+              q->qp.qp_num, static_cast<unsigned long long>(w.wrId));
+      failFront(q, IBV_WC_GENERAL_ERR);
       return;
     }
     completeSend(q, w, st, read ? r.len : w.bytes);

@@ -336,6 +336,21 @@ TEST_F(Pair, AWriteAboveMaxMsgSzIsALocalLengthError) {
   munmap(p, big);
 }
 
+TEST_F(Pair, ASourceChangedBeforeItsCompletionIsAnError) {
+  connect(a, b, 7, 1);
+  ASSERT_EQ(postRecv(b), 0);
+  ASSERT_EQ(postWrite(a, IBV_WR_RDMA_WRITE_WITH_IMM, src.data(), 64, srcMr->lkey, dstAddr(), dstMr->rkey, 1), 0);
+  ASSERT_EQ(next(a.cq).status, IBV_WC_SUCCESS);  // the stream is up: the next write is read at its post
+  ASSERT_EQ(next(b.cq).status, IBV_WC_SUCCESS);
+  // No receive posted: the write waits at the responder (receiver not ready) until one is.
+  ASSERT_EQ(postWrite(a, IBV_WR_RDMA_WRITE_WITH_IMM, src.data(), 4096, srcMr->lkey, dstAddr(), dstMr->rkey, 2), 0);
+  src[10] ^= 1;  // a transport that reuses a buffer before the completion
+  ASSERT_EQ(postRecv(b), 0);
+  ibv_wc wc = next(a.cq);
+  EXPECT_EQ(wc.wr_id, 2u);
+  EXPECT_EQ(wc.status, IBV_WC_GENERAL_ERR);
+}
+
 TEST_F(Pair, DeregisteredRegionRefusesWrites) {
   connect(a, b);
   uint32_t rkey = dstMr->rkey;

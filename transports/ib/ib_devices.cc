@@ -125,8 +125,10 @@ int chooseGidIndex(const Verbs& v, ibv_context* ctx, int port, const ibv_port_at
 }
 
 const std::vector<Port>& ports() {
-  static const std::vector<Port> list = discover();
-  return list;
+  // Never destroyed, like the contexts and protection domains it holds: connections
+  // may still close while the process exits.
+  static const std::vector<Port>* list = new std::vector<Port>(discover());
+  return *list;
 }
 
 }  // namespace strata::transport::ib

@@ -1,6 +1,8 @@
 #include "transports/ib/ib_network.h"
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -147,6 +149,8 @@ struct SendComm final : Comm {
   FifoEntry* fifo = nullptr;
   ibv_mr* fifoMr = nullptr;
   uint64_t sent = 0;
+  bool infoSent = false;  // setup: the TCP connect is up and this end's info went out
+  double setupUntil = 0;
   ~SendComm() override {
     q.destroy();
     if (fifoMr) verbs()->deregMr(fifoMr);
@@ -203,41 +207,41 @@ class IbNetwork final : public net::Network {
     return l.release();
   }
 
+  // Polled in three steps, none blocking on the peer: the TCP connect, then (once
+  // it is up) the queue pairs and this end's info, then the receiver's answer.
   void* connect(int dev, void* handle) override {
     Handle* h = static_cast<Handle*>(handle);
     STRATA_REQUIRE(h->magic == kMagic, ncclInternalError, "IB: a connection handle that is not IB's");
     auto* c = reinterpret_cast<SendComm*>(h->pending);
     if (!c) {
       auto fresh = std::make_unique<SendComm>();
-      fresh->fd = connectTo(h->addr, Deadline(kSetupSec), /*retryRefused=*/false);  // the listener is up: refused means gone
-      fresh->split = config().ibSplitDataOnQps;
-      fresh->q.create(port(dev), config().ibQpsPerConnection);
-      fresh->fifo = static_cast<FifoEntry*>(aligned_alloc(4096, 4096));
-      STRATA_REQUIRE(fresh->fifo, ncclSystemError, "IB: no memory for a connection's FIFO");
-      memset(fresh->fifo, 0, 4096);
-      fresh->fifoMr = verbs()->regMr(port(dev).pd, fresh->fifo, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-      if (!fresh->fifoMr) fail(ncclSystemError, "IB: registering the FIFO failed: %s", strerror(errno));
-      WireInfo w{};
-      fresh->q.describe(&w);
-      fillIdentity(&w);
-      w.split = fresh->split;
-      w.fifoAddr = reinterpret_cast<uint64_t>(fresh->fifo);
-      w.fifoRkey = fresh->fifoMr->rkey;
-      sendAll(fresh->fd, &w, sizeof(w), Deadline(kSetupSec));
+      fresh->fd = startConnect(h->addr);
+      fresh->setupUntil = nowSec() + kSetupSec;
       c = fresh.release();
       h->pending = reinterpret_cast<uint64_t>(c);
     }
-    if (!readable(c->fd)) return nullptr;
-    std::unique_ptr<SendComm> own(c);
+    try {
+      if (!c->infoSent && !sendInfo(c, dev, h)) return nullptr;
+      if (!readable(c->fd)) {
+        STRATA_REQUIRE(nowSec() < c->setupUntil, ncclSystemError,
+                       "IB: the receiver at %s did not answer the connection setup within %.0f s", h->addr.str().c_str(),
+                       kSetupSec);
+        return nullptr;
+      }
+      WireInfo peer{};
+      recvAll(c->fd, &peer, sizeof(peer), Deadline(kSetupSec));
+      c->q.connectTo(peer);
+      char ready = 1;
+      sendAll(c->fd, &ready, 1, Deadline(kSetupSec));
+    } catch (...) {
+      h->pending = 0;
+      delete c;
+      throw;
+    }
     h->pending = 0;
-    WireInfo peer{};
-    recvAll(c->fd, &peer, sizeof(peer), Deadline(kSetupSec));
-    c->q.connectTo(peer);
-    char ready = 1;
-    sendAll(c->fd, &ready, 1, Deadline(kSetupSec));
     STRATA_INFO(kSubsysNet, -1, "IB: connected to %s with %d queue pairs%s", c->q.where(0).c_str(), c->q.nqps,
                 c->split ? ", messages split over them" : "");
-    return own.release();
+    return c;
   }
 
   void* accept(void* listenComm) override {
@@ -403,6 +407,52 @@ class IbNetwork final : public net::Network {
   }
 
  private:
+  // A TCP connect that does not wait (the listener may be on a host that drops packets).
+  static int startConnect(const SockAddr& a) {
+    int fd = socket(a.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) failErrno("IB: socket for the connection setup");
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (::connect(fd, a.raw(), a.len) != 0 && errno != EINPROGRESS) {
+      int e = errno;
+      close(fd);
+      errno = e;  // refused: the listener is known to be up, so its process is gone
+      failErrno(("IB: connect to " + a.str()).c_str());
+    }
+    return fd;
+  }
+  // Once the TCP connect is up: the queue pairs, the FIFO and this end's info; false while connecting.
+  bool sendInfo(SendComm* c, int dev, const Handle* h) {
+    pollfd p{c->fd, POLLOUT, 0};
+    if (poll(&p, 1, 0) <= 0) {
+      STRATA_REQUIRE(nowSec() < c->setupUntil, ncclSystemError, "IB: connecting to %s timed out after %.0f s",
+                     h->addr.str().c_str(), kSetupSec);
+      return false;
+    }
+    int err = 0;
+    socklen_t len = sizeof(err);
+    getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err) {
+      errno = err;
+      failErrno(("IB: connect to " + h->addr.str()).c_str());
+    }
+    c->split = config().ibSplitDataOnQps;
+    c->q.create(port(dev), config().ibQpsPerConnection);
+    c->fifo = static_cast<FifoEntry*>(aligned_alloc(4096, 4096));
+    STRATA_REQUIRE(c->fifo, ncclSystemError, "IB: no memory for a connection's FIFO");
+    memset(c->fifo, 0, 4096);
+    c->fifoMr = verbs()->regMr(port(dev).pd, c->fifo, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (!c->fifoMr) fail(ncclSystemError, "IB: registering the FIFO failed: %s", strerror(errno));
+    WireInfo w{};
+    c->q.describe(&w);
+    fillIdentity(&w);
+    w.split = c->split;
+    w.fifoAddr = reinterpret_cast<uint64_t>(c->fifo);
+    w.fifoRkey = c->fifoMr->rkey;
+    sendAll(c->fd, &w, sizeof(w), Deadline(kSetupSec));
+    c->infoSent = true;
+    return true;
+  }
   // One part of a message on queue pair `qp`: RDMA writes of at most the port's
   // max_msg_sz, the last with the part's size as its immediate (the receiver's one
   // receive completes on it; in-order delivery puts the others before it). Returns
