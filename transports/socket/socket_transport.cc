@@ -125,7 +125,15 @@ class SocketSend final : public SendConnection, public SocketConnection {
       : SocketConnection(req, streams) {
     Deadline deadline(config().timeoutSec);
     for (uint32_t s = 0; s < streams; ++s) {
-      fds_[s] = connectTo(to, deadline);
+      try {
+        // The receiver's data listener was up when it made the handle: a refusal means
+        // its process is gone, so it is not retried until the timeout.
+        fds_[s] = connectTo(to, deadline, /*retryRefused=*/false);
+      } catch (const Error& e) {
+        if (!strstr(e.what(), "refused")) throw;
+        fail(ncclRemoteError, "socket: rank %d (pid %d) at %s refused the connection: its process has exited",
+             peer_, req.peer->pid, to.str().c_str());
+      }
       int one = 1;
       setsockopt(fds_[s], IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       StreamHello hello{kHelloMagic, token, s, streams};
