@@ -6,6 +6,7 @@
 #include <deque>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -185,6 +186,7 @@ class NetSend final : public NetConnection, public SendConnection, public PutSen
   bool tryPut(const void* src, size_t bytes) override {
     std::lock_guard<std::mutex> lock(mu_);
     progressLocked();
+    if (!putError_.empty() && !failed_) failWith(Error(ncclRemoteError, putError_));
     if (failed_ || !putComm_) return false;
     try {
       if (!pendingMh_ || pendingSrc_ != src || pendingBytes_ != bytes) {
@@ -233,9 +235,18 @@ class NetSend final : public NetConnection, public SendConnection, public PutSen
     inFlight_.clear();
     putComm_ = nullptr;
   }
-  bool needsSweep() const override { return !comm_ || done_ < head_ || (puts_ && (!putComm_ || !inFlight_.empty())); }
+  bool needsSweep() const override {
+    return !comm_ || done_ < head_ || (puts_ && ((!putComm_ && putError_.empty()) || !inFlight_.empty()));
+  }
   void step() override {
-    if (puts_ && !putComm_) putComm_ = net_.connect(dev_, putHandle_);
+    if (puts_ && !putComm_ && putError_.empty()) {
+      try {
+        putComm_ = net_.connect(dev_, putHandle_);
+      } catch (const Error& e) {  // the slots still work (a peer that is done may have closed): only puts fail
+        putError_ = e.what();
+        STRATA_INFO(kSubsysNet, self_, "net transport: no puts to rank %d: %s", peer_, e.what());
+      }
+    }
     while (!inFlight_.empty() && net_.test(inFlight_.front().request, nullptr)) {
       deregPut(putComm_, inFlight_.front().mh);
       inFlight_.pop_front();
@@ -263,6 +274,7 @@ class NetSend final : public NetConnection, public SendConnection, public PutSen
   size_t pendingBytes_ = 0;
   void* pendingMh_ = nullptr;
   std::deque<InFlight> inFlight_;  // puts the network took, not yet complete
+  std::string putError_;  // why the put comm could not come up
 };
 
 class NetRecv final : public NetConnection, public RecvConnection, public PutReceiver {
@@ -289,6 +301,7 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
                    "net transport: rank %d offered %zu bytes at %p outside a live registration", self_, bytes, dst);
     std::lock_guard<std::mutex> lock(mu_);
     progressLocked();
+    if (!putError_.empty() && !failed_) failWith(Error(ncclRemoteError, putError_));
     if (failed_ || !putComm_ || offers_.size() >= kMaxOffers) return false;
     void* mh = nullptr;
     try {
@@ -372,7 +385,15 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
   }
   bool needsSweep() const override { return (!comm_ && listen_) || (!putComm_ && putListen_); }
   void step() override {
-    if (!putComm_ && putListen_) putComm_ = net_.accept(putListen_);
+    if (!putComm_ && putListen_) {
+      try {
+        putComm_ = net_.accept(putListen_);
+      } catch (const Error& e) {  // the slots still work (a sender that is done may have closed): only puts fail
+        putError_ = e.what();
+        STRATA_INFO(kSubsysNet, self_, "net transport: no puts from rank %d: %s", peer_, e.what());
+        closeListener(&putListen_);
+      }
+    }
     if (!comm_) {
       if (!listen_) return;
       comm_ = net_.accept(listen_);
@@ -398,6 +419,7 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
   void* putListen_ = nullptr;
   void* putComm_ = nullptr;
   std::deque<Offer> offers_;  // posted, oldest first
+  std::string putError_;  // why the put comm could not come up
   uint64_t posted_ = 0, arrived_ = 0, consumed_ = 0;  // receives posted, completed, released by the rank
 };
 
