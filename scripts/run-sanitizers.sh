@@ -31,8 +31,9 @@ for stage in $stages; do
     cmake --build "build-$stage" -j "$(nproc)" --target "${targets[@]}"
     skip='^abi_|^dropin_'  # header and ABI checks: compiled in the main suite, nothing to sanitize
     # TSan: no forked processes, no simulated GPUs (their fixed address range is TSan's shadow memory), and
-    # not the IB network over the emulated NIC (a thread that stores into peers' memory as a DMA engine does)
-    [ "$stage" = tsan ] && skip="$skip|/shm|/socket|processes|Processes|fakenodes|cuda_ipc|\\.sim|net_plugin|conformance\\.ib|IbNetwork|IbPuts"
+    # not the IB network over the emulated NIC (a thread that stores into peers' memory as a DMA engine does),
+    # and not the 100- and 128-rank ring simulations (one thread, pure arithmetic: TSan made them pass 120 s)
+    [ "$stage" = tsan ] && skip="$skip|/shm|/socket|processes|Processes|fakenodes|cuda_ipc|\\.sim|net_plugin|conformance\\.ib|IbNetwork|IbPuts|^Large/RingSchedule"
     (cd "build-$stage" && ctest -j "$(nproc)" --output-on-failure --timeout 900 -L 'unit|transport' -E "$skip")
     (cd "build-$stage" && ctest -j "$(nproc)" --output-on-failure --timeout 900 -R Lifetime -E "$skip")
     ops=300

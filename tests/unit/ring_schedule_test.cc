@@ -7,6 +7,7 @@
 #include <deque>
 #include <functional>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "algorithms/ring/ring_schedule.h"
@@ -61,7 +62,7 @@ bool simulate(Collective coll, int n, int root, size_t length, size_t chunk, std
         std::vector<Mask> v(st.count);
         if (st.recv) {
           EXPECT_EQ(from.front().data.size(), st.count) << "rank " << r << " step " << s.next;
-          v = from.front().data;
+          v = std::move(from.front().data);
           v.resize(st.count);
           from.pop_front();
         }
@@ -72,7 +73,7 @@ bool simulate(Collective coll, int n, int root, size_t length, size_t chunk, std
         }
         if (st.writeOut)
           for (size_t i = 0; i < st.count; ++i) s.out[st.dstOffset + i] = v[i];
-        if (st.send) links[r].push_back(Message{v});
+        if (st.send) links[r].push_back(Message{std::move(v)});
         ++s.next;
         moved = true;
       }
