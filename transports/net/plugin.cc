@@ -31,8 +31,8 @@ void pluginLog(int level, unsigned long /*flags*/, const char* file, int line, c
 // One loaded plugin table, whichever version, behind the Network interface.
 class PluginNet final : public Network {
  public:
-  PluginNet(void* lib, int version, const void* table, std::string file)
-      : lib_(lib), version_(version), file_(std::move(file)) {
+  // The library stays loaded for the process (its threads or atexit handlers may still run).
+  PluginNet(int version, const void* table, std::string file) : version_(version), file_(std::move(file)) {
     memcpy(&t_, table, version == 8 ? sizeof(abi::NetV8) : version == 9 ? sizeof(abi::NetV9)
                        : version == 10 ? sizeof(abi::NetV10) : sizeof(abi::NetV11));
     name_ = t_.v8.name ? t_.v8.name : file_;
@@ -183,7 +183,6 @@ class PluginNet final : public Network {
            call, r == ncclRemoteError ? "remote error: the peer exited or the network failed" : "system error");
   }
 
-  void* lib_;
   int version_;
   std::string file_, name_;
   void* ctx_ = nullptr;
@@ -204,7 +203,7 @@ std::unique_ptr<PluginNet> openTable(const std::string& file) {
   }
   for (int v = 11; v >= 8; --v) {
     std::string sym = "ncclNetPlugin_v" + std::to_string(v);
-    if (const void* table = dlsym(lib, sym.c_str())) return std::make_unique<PluginNet>(lib, v, table, file);
+    if (const void* table = dlsym(lib, sym.c_str())) return std::make_unique<PluginNet>(v, table, file);
   }
   STRATA_WARN(-1, "net plugin %s exports none of ncclNetPlugin_v11 .. _v8 (older interfaces are not supported)",
               file.c_str());
