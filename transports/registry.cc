@@ -11,7 +11,7 @@
 #include "transports/net/net_transport.h"
 #include "transports/net/plugin.h"
 #include "transports/shm/shm_transport.h"
-#include "transports/socket/socket_transport.h"
+#include "transports/socket/socket_network.h"
 
 namespace strata::transport {
 
@@ -19,10 +19,11 @@ const std::vector<Transport*>& transports() {
   static const std::vector<Transport*> list = [] {
     static loopback::LoopbackTransport loopback;
     static shm::ShmTransport shm;
-    static socket::SocketTransport socket;
     static cuda_ipc::CudaIpcTransport cudaIpc;
     static net::NetTransport netPlugin("net", net::pluginNetwork);
     static net::NetTransport ib("ib", ib::ibNetwork);
+    // Last: it reaches every rank the others cannot.
+    static net::NetTransport socket("socket", socket::socketNetwork, net::Reach::kEveryPair);
     std::vector<Transport*> l{&loopback};
     if (!config().shmDisable) l.push_back(&shm);
     l.push_back(&cudaIpc);

@@ -172,6 +172,33 @@ int connectTo(const SockAddr& addr, const Deadline& deadline, bool retryRefused)
   }
 }
 
+int connectStart(const SockAddr& addr) {
+  int fd = socket(addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) failErrno("socket");
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (connect(fd, addr.raw(), addr.len) != 0 && errno != EINPROGRESS) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    failErrno(("connect to " + addr.str()).c_str());
+  }
+  return fd;
+}
+
+bool connectFinished(int fd, const SockAddr& addr) {
+  pollfd p{fd, POLLOUT, 0};
+  if (poll(&p, 1, 0) <= 0) return false;
+  int err = 0;
+  socklen_t len = sizeof(err);
+  getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+  if (err) {
+    errno = err;
+    failErrno(("connect to " + addr.str()).c_str());
+  }
+  return true;
+}
+
 static void waitFd(int fd, short events, const Deadline& deadline, const char* what) {
   pollfd p{fd, events, 0};
   for (;;) {

@@ -46,6 +46,11 @@ int listenOn(SockAddr* addr);
 // Connects to addr within the deadline. A refused connection is retried only when
 // asked: a listener that is known to be up refuses only once its process is gone.
 int connectTo(const SockAddr& addr, const Deadline& deadline, bool retryRefused = true);
+// A connect that never waits, for callers that poll: starts it (throws on an
+// immediate failure, such as a refusal), then connectFinished is false until the
+// connection is up and throws if it failed. The fd stays non-blocking, TCP_NODELAY set.
+int connectStart(const SockAddr& addr);
+bool connectFinished(int fd, const SockAddr& addr);
 // Full-length send and receive; throw on error, peer close or deadline.
 void sendAll(int fd, const void* data, size_t bytes, const Deadline& deadline);
 void recvAll(int fd, void* data, size_t bytes, const Deadline& deadline);

@@ -65,7 +65,7 @@ Plan planNode(const System& sys, const PlanOptions& opts);
 // the test VMs (docs/design.md); ranks that are threads of one process copy faster.
 constexpr double kHostCopyGBps = 5.0;
 constexpr double kThreadCopyGBps = 6.0;
-// A small message between two nodes through the socket transport (measured between
+// A small message between two nodes over TCP (measured between
 // two namespaces: 14.3 us one way, about twice that under load), and a hop inside a
 // node when more ranks than cores run across nodes (it waits for the scheduler;
 // fitted on the 4 x 2 test bed, docs/design.md).

@@ -19,6 +19,7 @@
 #include "transports/ib/mr_cache.h"
 #include "transports/net/nccl_net.h"
 #include "transports/net/net_transport.h"
+#include "network_link.h"
 
 namespace strata::transport::ib {
 namespace {
@@ -135,39 +136,9 @@ TEST(MrCache, LimitAndRefusalsAreNamedErrors) {
   EXPECT_THROW(d.cache.release(reinterpret_cast<void*>(99)), Error);
 }
 
-// A connected pair over the emulator: listen, connect and accept polled to completion.
-struct Link {
-  net::Network* net = ibNetwork();
-  void* listen = nullptr;
-  void* send = nullptr;
-  void* recv = nullptr;
-  Link() {
-    if (!net) return;
-    char handle[net::kHandleBytes] = {};
-    listen = net->listen(0, handle);
-    for (int i = 0; i < 100000 && !(send && recv); ++i) {
-      if (!send) send = net->connect(0, handle);
-      if (!recv) recv = net->accept(listen);
-    }
-  }
-  ~Link() {
-    if (send) net->closeSend(send);
-    if (recv) net->closeRecv(recv);
-    if (listen) net->closeListen(listen);
-  }
-  // isend until the receiver's FIFO entry has arrived (null after `seconds`).
-  void* post(void* data, size_t bytes, int tag, void* mh, double seconds = 5) {
-    auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-    void* s = nullptr;
-    while (!s && std::chrono::steady_clock::now() < end) s = net->isend(this->send, data, bytes, tag, mh);
-    return s;
-  }
-  bool wait(void* req, size_t* bytes, double seconds = 5) {
-    auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-    while (std::chrono::steady_clock::now() < end)
-      if (net->test(req, bytes)) return true;
-    return false;
-  }
+// A connected pair over the emulator.
+struct Link : net::Link {
+  Link() : net::Link(ibNetwork()) {}
 };
 
 TEST(IbNetwork, OverTheEmulatorMessagesLandInTheReceiversBufferAndNothingRegistersInTheLoop) {

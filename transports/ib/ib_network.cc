@@ -65,6 +65,7 @@ struct Comm {
   std::string failure;
   double nextAliveCheck = 0;
   bool gone = false;
+  bool closedByPeer = false;  // the failure is the peer's close, with no operation lost
   Request reqs[kDepth];
 
   Comm() {
@@ -81,6 +82,7 @@ struct Comm {
     failure = std::move(why);
   }
   void throwIfFailed() const {
+    if (failed && closedByPeer) throw net::PeerClosed(failure);
     if (failed) throw Error(failCode, failure);
   }
   // Every 50 ms while waiting: true once the peer's process has closed the setup
@@ -97,8 +99,9 @@ struct Comm {
     return gone;
   }
   void failGone() {
+    closedByPeer = !failed;
     setFailed(ncclRemoteError,
-              format("IB: %s closed the connection (its process exited or aborted)", q.where(0).c_str()));
+              format("IB: %s closed the connection (its process is done, exited or aborted)", q.where(0).c_str()));
   }
   void onCompletion(const ibv_wc& wc) {
     if (wc.status != IBV_WC_SUCCESS) {
@@ -215,7 +218,7 @@ class IbNetwork final : public net::Network {
     auto* c = reinterpret_cast<SendComm*>(h->pending);
     if (!c) {
       auto fresh = std::make_unique<SendComm>();
-      fresh->fd = startConnect(h->addr);
+      fresh->fd = connectStart(h->addr);
       fresh->setupUntil = nowSec() + kSetupSec;
       c = fresh.release();
       h->pending = reinterpret_cast<uint64_t>(c);
@@ -407,34 +410,12 @@ class IbNetwork final : public net::Network {
   }
 
  private:
-  // A TCP connect that does not wait (the listener may be on a host that drops packets).
-  static int startConnect(const SockAddr& a) {
-    int fd = socket(a.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) failErrno("IB: socket for the connection setup");
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (::connect(fd, a.raw(), a.len) != 0 && errno != EINPROGRESS) {
-      int e = errno;
-      close(fd);
-      errno = e;  // refused: the listener is known to be up, so its process is gone
-      failErrno(("IB: connect to " + a.str()).c_str());
-    }
-    return fd;
-  }
   // Once the TCP connect is up: the queue pairs, the FIFO and this end's info; false while connecting.
   bool sendInfo(SendComm* c, int dev, const Handle* h) {
-    pollfd p{c->fd, POLLOUT, 0};
-    if (poll(&p, 1, 0) <= 0) {
+    if (!connectFinished(c->fd, h->addr)) {  // throws "connect to ADDR failed: ..." (refused: its process is gone)
       STRATA_REQUIRE(nowSec() < c->setupUntil, ncclSystemError, "IB: connecting to %s timed out after %.0f s",
                      h->addr.str().c_str(), kSetupSec);
       return false;
-    }
-    int err = 0;
-    socklen_t len = sizeof(err);
-    getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len);
-    if (err) {
-      errno = err;
-      failErrno(("IB: connect to " + h->addr.str()).c_str());
     }
     c->split = config().ibSplitDataOnQps;
     c->q.create(port(dev), config().ibQpsPerConnection);

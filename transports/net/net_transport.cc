@@ -61,6 +61,7 @@ class NetConnection {
   // From any rank's sweep: moves what the network allows, unless another thread is
   // at it or there is nothing to move off the rank's own calls (see needsSweep).
   void progressIfFree() {
+    if (!wanted_.load(std::memory_order_relaxed)) return;
     std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
     if (lock.owns_lock() && needsSweep()) progressLocked();
   }
@@ -72,17 +73,26 @@ class NetConnection {
     std::lock_guard<std::mutex> lock(live_.mu);
     if (live_.set.erase(this)) live_.count.fetch_sub(1);
   }
+  // Every call that changes the connection ends here, so wanted_ stays current.
   void progressLocked() {
-    if (failed_) return;
-    try {
-      step();
-    } catch (const Error& e) {
-      failWith(e);
+    if (!failed_) {
+      try {
+        step();
+      } catch (const Error& e) {
+        failWith(e);
+      }
     }
+    wanted_.store(!failed_ && needsSweep(), std::memory_order_relaxed);
   }
+  // A peer that closed between messages is done (or gone: the executor tells which
+  // from what it still waits for), so that is no warning.
   void failWith(const Error& e) {
-    STRATA_WARN(self_, "net transport (%s): connection with rank %d failed: %s", net_.name().c_str(), peer_,
-                e.what());
+    if (dynamic_cast<const PeerClosed*>(&e))
+      STRATA_INFO(kSubsysNet, self_, "net transport (%s): rank %d closed the connection: %s", net_.name().c_str(),
+                  peer_, e.what());
+    else
+      STRATA_WARN(self_, "net transport (%s): connection with rank %d failed: %s", net_.name().c_str(), peer_,
+                  e.what());
     failed_ = true;
   }
   void deregPut(void* comm, void* mh) {
@@ -123,6 +133,7 @@ class NetConnection {
   std::vector<void*> requests_;
   void* mh_ = nullptr;
   std::atomic<bool> failed_{false};  // written under mu_, read by peerAborted() without it
+  std::atomic<bool> wanted_{true};   // needsSweep() as of the last call: lets sweeps skip idle connections
   int self_, peer_;
   std::mutex mu_;
 };
@@ -200,6 +211,7 @@ class NetSend final : public NetConnection, public SendConnection, public PutSen
       if (!r) return false;  // no offer yet
       inFlight_.push_back({r, pendingMh_});
       pendingMh_ = nullptr;
+      wanted_.store(true, std::memory_order_relaxed);  // sweeps now move it
       return true;
     } catch (const Error& e) {
       if (e.code() == ncclInvalidUsage) throw;  // the caller's mistake (larger than the offer): theirs to see
@@ -352,9 +364,16 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
   void abort() override {
     std::lock_guard<std::mutex> lock(mu_);
     failed_ = true;
+    aborted_ = true;
     closeAll();
   }
-  bool peerAborted() const override { return failed_; }
+  // Once the connection failed and the rank has taken every message that came before
+  // (a sender that is done closes after its last one; that one is still delivered).
+  bool peerAborted() const override {
+    if (!failed_) return false;
+    std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mu_));
+    return aborted_ || arrived_ == consumed_;
+  }
 
  private:
   static constexpr size_t kMaxOffers = 8;
@@ -421,6 +440,7 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
   std::deque<Offer> offers_;  // posted, oldest first
   std::string putError_;  // why the put comm could not come up
   uint64_t posted_ = 0, arrived_ = 0, consumed_ = 0;  // receives posted, completed, released by the rank
+  bool aborted_ = false;  // by this rank
 };
 
 // A range the receiver offers puts into. Offers register for the operation; a
@@ -463,7 +483,7 @@ std::shared_ptr<Registration> NetTransport::registerMemory(void* base, size_t by
 }
 
 bool NetTransport::canConnect(const PeerInfo& self, const PeerInfo& peer) const {
-  return !self.sameHost(peer) && network() != nullptr;
+  return (reach_ == Reach::kEveryPair || !self.sameHost(peer)) && network() != nullptr;
 }
 
 std::unique_ptr<RecvConnection> NetTransport::listen(const ConnectRequest& req, std::string* handle) {
@@ -480,7 +500,8 @@ std::unique_ptr<SendConnection> NetTransport::connect(const ConnectRequest& req,
 
 bool NetTransport::progress() {
   if (live_.count.load(std::memory_order_relaxed) == 0) return false;
-  std::lock_guard<std::mutex> lock(live_.mu);
+  std::unique_lock<std::mutex> lock(live_.mu, std::try_to_lock);
+  if (!lock.owns_lock()) return true;  // another rank thread is sweeping every connection right now
   for (NetConnection* c : live_.set) c->progressIfFree();
   return !live_.set.empty();
 }

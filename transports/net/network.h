@@ -10,8 +10,19 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+
+#include "base/error.h"
 
 namespace strata::transport::net {
+
+// What test() throws when the peer closed the connection between messages: all it
+// sent was delivered, so this is how a connection ends when the peer is done (its
+// communicator destroyed), not a fault; the connection is over all the same.
+class PeerClosed : public Error {
+ public:
+  explicit PeerClosed(std::string message) : Error(ncclRemoteError, std::move(message)) {}
+};
 
 constexpr size_t kHandleBytes = 128;  // a listen handle, as NCCL_NET_HANDLE_MAXSIZE
 

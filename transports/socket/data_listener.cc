@@ -32,7 +32,7 @@ DataListener& DataListener::instance(const SockAddr& ip) {
 DataListener::DataListener(const SockAddr& ip) : addr_(ip) {
   addr_.setPort(0);
   fd_ = listenOn(&addr_);
-  STRATA_INFO(kSubsysNet, -1, "socket transport: listening for data streams on %s", addr_.str().c_str());
+  STRATA_INFO(kSubsysNet, -1, "socket: listening for data streams on %s", addr_.str().c_str());
 }
 
 uint64_t DataListener::newToken() {
@@ -99,7 +99,7 @@ void DataListener::readHellos() {
     }
     if (drop) {
       close(fd);
-      STRATA_WARN(-1, "socket transport: dropped a connection to the data port that %s", drop);
+      STRATA_WARN(-1, "socket: dropped a connection to the data port that %s", drop);
       it = pending_.erase(it);
       continue;
     }
