@@ -14,6 +14,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 cd "$(dirname "$0")/.."
 stages=${STRATA_SANITIZER_STAGES:-asan ubsan tsan fuzz}
 targets=(unit_tests core_tests task_tests topology_tests transport_conformance lifetime_test stress_test ib_tests
+  socket_network_tests
   strata_verbs_emu)
 fuzz_targets=$(sed -n 's/^  \(fuzz_[a-z_]*\):.*/\1/p' tests/fuzz/CMakeLists.txt)
 for stage in $stages; do

@@ -1,5 +1,6 @@
 // How a process is configured from outside, through the public API: NCCL's
-// configuration files, and NCCL_TOPO_FILE completed by discovery and dumped.
+// configuration files, NCCL_TOPO_FILE completed by discovery and dumped, and the
+// network between nodes chosen per communicator (ncclConfig_t.netName over NCCL_NET).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -7,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include "harness/ranks.h"
 #include "nccl.h"
@@ -79,6 +81,65 @@ TEST(Configuration, TopologyFileIsCompletedByDiscoveryAndDumped) {
   EXPECT_EQ(xml.find("0000:08:00.0"), std::string::npos) << xml;  // its GPU, which nothing here describes
   std::remove(file.c_str());
   std::remove(dump.c_str());
+}
+
+// Ranks as processes on two fake nodes (NCCL_HOSTID) over loopback; `net` is NCCL_NET
+// ("" unset) and `netName(rank)` the communicator's ncclConfig_t.netName (null: none).
+// Returns each rank's error ("" for success), or the init's code and message.
+std::vector<RankResult> onTwoNodes(int nranks, const char* net, const char* (*netName)(int rank)) {
+  return runRanks(
+      Mode::kProcesses, nranks,
+      [netName](int rank, int n, const ncclUniqueId& id) -> std::string {
+        ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+        cfg.netName = netName(rank);
+        ncclComm_t comm;
+        ncclResult_t r = ncclCommInitRankConfig(&comm, n, id, rank, &cfg);
+        if (r != ncclSuccess) return "init " + std::to_string(r) + ": " + ncclGetLastError(nullptr);
+        int v = rank + 1, sum = 0;
+        RANK_NCCL(ncclAllReduce(&v, &sum, 1, ncclInt32, ncclSum, comm, nullptr));
+        if (sum != n * (n + 1) / 2) return "wrong sum " + std::to_string(sum);
+        ncclComm_t child;  // a split inherits the parent's network
+        RANK_NCCL(ncclCommSplit(comm, 0, rank, &child, nullptr));
+        RANK_NCCL(ncclAllReduce(&v, &sum, 1, ncclInt32, ncclSum, child, nullptr));
+        ncclCommDestroy(child);
+        ncclCommDestroy(comm);
+        return sum == n * (n + 1) / 2 ? "" : "wrong sum on the split";
+      },
+      120,
+      [net](int rank) {
+        setenv("NCCL_HOSTID", rank % 2 ? "net-name-node1" : "net-name-node0", 1);
+        setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+        if (*net) setenv("NCCL_NET", net, 1);
+        return std::string();
+      });
+}
+
+// NCCL_NET names a network this process lacks, but each communicator asks for TCP
+// (by NCCL's name, in any case): it connects, and so does its split.
+TEST(NetName, TheCommunicatorsNetNameWinsOverNcclNet) {
+  auto results = onTwoNodes(4, "NoSuchNetwork", [](int) -> const char* { return "socket"; });
+  EXPECT_EQ(failures(results), "");
+}
+
+// A name no loaded network has fails the init with ncclInvalidUsage, naming it and
+// the networks there are.
+TEST(NetName, AnUnknownNetworkFailsInitNamingIt) {
+  auto results = onTwoNodes(2, "", [](int) -> const char* { return "NoSuchNetwork"; });
+  for (const RankResult& r : results) {
+    EXPECT_NE(r.error.find("init " + std::to_string(ncclInvalidUsage)), std::string::npos) << r.error;
+    EXPECT_NE(r.error.find("\"NoSuchNetwork\""), std::string::npos) << r.error;
+    EXPECT_NE(r.error.find("Socket"), std::string::npos) << r.error;  // what this process has
+  }
+}
+
+// Ranks that ask for different networks would speak different protocols on one
+// connection: every rank's init fails, naming the two.
+TEST(NetName, RanksThatDisagreeFailAlike) {
+  auto results = onTwoNodes(2, "", [](int rank) -> const char* { return rank == 0 ? "Socket" : nullptr; });
+  for (const RankResult& r : results) {
+    EXPECT_NE(r.error.find("init " + std::to_string(ncclInvalidUsage)), std::string::npos) << r.error;
+    EXPECT_NE(r.error.find("disagree on the network"), std::string::npos) << r.error;
+  }
 }
 
 }  // namespace

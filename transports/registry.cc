@@ -27,11 +27,12 @@ const std::vector<Transport*>& transports() {
     std::vector<Transport*> l{&loopback};
     if (!config().shmDisable) l.push_back(&shm);
     l.push_back(&cudaIpc);
-    // Between nodes, as NCCL: an NCCL net plugin, else InfiniBand/RoCE, else TCP.
+    // Between nodes, as NCCL: an NCCL net plugin, else InfiniBand/RoCE, else TCP; each
+    // listed only where this process has that network. A communicator's network name
+    // (ncclConfig_t.netName, else NCCL_NET) picks one of them (selectTransport).
     if (net::pluginNetwork()) l.push_back(&netPlugin);
-    else if (ib::ibNetwork()) l.push_back(&ib);
-    // NCCL_NET names the one network between nodes; "Socket" is the built-in TCP one.
-    if (config().netName.empty() || strcasecmp(config().netName.c_str(), "Socket") == 0) l.push_back(&socket);
+    if (ib::ibNetwork()) l.push_back(&ib);
+    l.push_back(&socket);
     return l;
   }();
   return list;
@@ -71,26 +72,57 @@ bool needsPolling() {
   return false;
 }
 
-// The network between nodes in use (a plugin's, else IB's), or null for TCP.
-static net::Network* activeNetwork() { return net::pluginNetwork() ? net::pluginNetwork() : ib::ibNetwork(); }
+namespace {
 
-double networkGBps() {
-  net::Network* n = activeNetwork();
-  if (!n) return 0;
-  double mbps = 0;  // a node's rails together
-  for (int d = 0; d < n->devices(); ++d) mbps += n->properties(d).speedMbps;
-  return mbps / 8000.0;
+// The network a net transport runs on, or null for the other transports and for a
+// network this process does not have.
+net::Network* networkOf(const Transport* t) {
+  auto* n = dynamic_cast<const net::NetTransport*>(t);
+  return n ? n->network() : nullptr;
+}
+
+// A communicator's network by name: its own (ncclConfig_t.netName), else NCCL_NET's.
+const char* wantedNetwork(const PeerInfo& self) {
+  return self.netName[0] ? self.netName : config().netName.c_str();
+}
+
+bool named(const net::Network* n, const char* want) { return n && strcasecmp(n->name().c_str(), want) == 0; }
+
+// The networks this process has, in priority order ("none" when it has none).
+std::string loadedNetworks() {
+  std::string s;
+  for (const Transport* t : transports())
+    if (net::Network* n = networkOf(t)) s += (s.empty() ? "" : ", ") + n->name();
+  return s.empty() ? "none" : s;
+}
+
+}  // namespace
+
+double networkGBps(const char* netName) {
+  // The rate of the network a rank would use between nodes, where it reports one: a
+  // plugin's or IB's (TCP's interface speed is the caller's to read: 0 here).
+  for (const Transport* t : transports()) {
+    net::Network* n = networkOf(t);
+    if (!n || named(n, "Socket") || (netName && *netName && !named(n, netName))) continue;
+    double mbps = 0;  // a node's rails together
+    for (int d = 0; d < n->devices(); ++d) mbps += n->properties(d).speedMbps;
+    return mbps / 8000.0;
+  }
+  return 0;
 }
 
 Transport& selectTransport(const PeerInfo& self, const PeerInfo& peer, uint32_t required) {
-  for (Transport* t : transports())
-    if (t->has(required) && t->canConnect(self, peer)) return *t;
-  if (!config().netName.empty() && !self.sameHost(peer))
+  const char* want = wantedNetwork(self);
+  for (Transport* t : transports()) {
+    if (!t->has(required) || !t->canConnect(self, peer)) continue;
+    if (*want && dynamic_cast<net::NetTransport*>(t) && !named(networkOf(t), want)) continue;
+    return *t;
+  }
+  if (*want && !self.sameHost(peer))
     fail(ncclInvalidUsage,
-         "NCCL_NET=%s: no network of that name is available to connect rank %d (%s) and rank %d (%s) (loaded: %s; "
-         "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET says why)",
-         config().netName.c_str(), self.rank, self.hostname, peer.rank, peer.hostname,
-         activeNetwork() ? activeNetwork()->name().c_str() : "no net plugin, no IB device");
+         "network \"%s\" (ncclConfig_t.netName or NCCL_NET) is not available to connect rank %d (%s) and rank %d "
+         "(%s) (this process has: %s; NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET says why)",
+         want, self.rank, self.hostname, peer.rank, peer.hostname, loadedNetworks().c_str());
   fail(ncclInternalError, "no transport with capabilities 0x%x can connect rank %d (%s, pid %d) and rank %d (%s, pid %d)",
        required, self.rank, self.hostname, self.pid, peer.rank, peer.hostname, peer.pid);
 }

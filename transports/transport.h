@@ -221,8 +221,9 @@ bool progressBackground();
 bool needsPolling();
 
 // The rate (GB/s) of the network between nodes where a transport knows it (an NCCL
-// net plugin's device speed); 0 when none does.
-double networkGBps();
+// net plugin's devices, IB's ports: a node's rails together); 0 when none does.
+// `netName`: the one asked for by name (empty: the first loaded).
+double networkGBps(const char* netName);
 
 // The first transport, in priority order, that can connect the pair and has
 // every capability in `required`; throws naming both ranks if none can.

@@ -32,6 +32,12 @@ CommOptions parseConfig(const ncclConfig_t* user, const char* fn, const CommOpti
       o.blocking = c.blocking == 1;
     }
     if (c.commName) o.name = c.commName;
+    if (c.netName) {
+      STRATA_REQUIRE(strlen(c.netName) < sizeof(PeerInfo{}.netName), ncclInvalidArgument,
+                     "%s: config.netName \"%.40s...\" is longer than %zu characters", fn, c.netName,
+                     sizeof(PeerInfo{}.netName) - 1);
+      o.netName = c.netName;
+    }
     if (c.minCTAs != NCCL_CONFIG_UNDEF_INT) {
       STRATA_REQUIRE(c.minCTAs >= 1 && c.minCTAs <= 64, ncclInvalidArgument, "%s: config.minCTAs=%d", fn, c.minCTAs);
       o.minChannels = c.minCTAs;

@@ -1,6 +1,7 @@
 // Making a communicator: describing this rank, the rendezvous, the plan of
 // every node from its topology (the one strata-topo shows), the rank layout,
 // the tuner's inputs, and the links the algorithms want at once.
+#include <strings.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -79,6 +80,7 @@ PeerInfo Communicator::describeSelf(int rank, const CommOptions& opts, std::shar
   self.pid = getpid();
   self.device = opts.device;
   copyString(self.busId, sizeof(self.busId), device::gpuBusId(opts.device));
+  copyString(self.netName, sizeof(self.netName), opts.netName.empty() ? config().netName : opts.netName);
   self.hostHash = hostIdentity(nullptr);
   self.processHash = processIdentity();
   self.machineHash = machineIdentity();
@@ -93,7 +95,7 @@ PeerInfo Communicator::describeSelf(int rank, const CommOptions& opts, std::shar
     // The file describes this node's NICs: equally near ones are spread over consecutive ranks.
     self.rail = rails[rank % rails.size()];
     self.netGBps = topology::railTo(topo->sys, cpu, self.rail).second;
-  } else if (double gbps = transport::networkGBps(); gbps > 0) {
+  } else if (double gbps = transport::networkGBps(self.netName); gbps > 0) {
     self.netGBps = gbps;  // the network a transport brings (an NCCL net plugin's device)
   } else {
     std::string ifname;
@@ -161,6 +163,7 @@ void Communicator::setup(std::vector<PeerInfo> peers, std::unique_ptr<Bootstrap>
   layout_.rank = bootstrap_->rank();
   layout_.nranks = static_cast<int>(peers_.size());
   chooseStaging(opts);
+  checkNetworkAgreed();
   int machineRanks = 0;
   for (const PeerInfo& p : peers_) machineRanks += p.machineHash == peers_[rank()].machineHash ? 1 : 0;
   oversubscribed_ = machineRanks > sysconf(_SC_NPROCESSORS_ONLN);
@@ -175,6 +178,17 @@ void Communicator::setup(std::vector<PeerInfo> peers, std::unique_ptr<Bootstrap>
               opts_.name.empty() ? "-" : opts_.name.c_str(), static_cast<unsigned long long>(magic()), rank(), nranks(),
               getpid(), numChannels(), slots_, slotBytes_, nranks() > 1 ? ", ring via " : "",
               nranks() > 1 ? pool_->transportTo(layout_.ringNext()) : "");
+}
+
+// Every rank of a communicator must ask for the same network between nodes, or the
+// two ends of a connection would speak different networks. All ranks see the same
+// table, so all of them fail here alike.
+void Communicator::checkNetworkAgreed() const {
+  for (const PeerInfo& p : peers_)
+    STRATA_REQUIRE(strcasecmp(p.netName, peers_[0].netName) == 0, ncclInvalidUsage,
+                   "rank %d: the ranks disagree on the network between nodes: rank 0 asks for \"%s\", rank %d for "
+                   "\"%s\" (ncclConfig_t.netName and NCCL_NET must be alike on every rank)",
+                   rank(), peers_[0].netName, p.rank, p.netName);
 }
 
 void Communicator::chooseStaging(const CommOptions& opts) {

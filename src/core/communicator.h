@@ -38,6 +38,7 @@ struct CommOptions {
   std::string name;
   int minChannels = 0;  // ncclConfig_t.minCTAs, 0 = unset
   int maxChannels = 0;  // ncclConfig_t.maxCTAs, 0 = unset
+  std::string netName;  // ncclConfig_t.netName: the network between nodes, by name; empty: NCCL_NET's choice
 };
 
 class Communicator {
@@ -127,6 +128,7 @@ class Communicator {
   static PeerInfo describeSelf(int rank, const CommOptions& opts, std::shared_ptr<Doorbell>* bell);
   void setup(std::vector<PeerInfo> peers, std::unique_ptr<Bootstrap> bootstrap, const CommOptions& opts);
   void chooseStaging(const CommOptions& opts);
+  void checkNetworkAgreed() const;
   void planNodes();       // the layout and the tuner's inputs, from every node's topology plan
   void reportTopology();  // logs where the topology came from; writes NCCL_TOPO_DUMP_FILE
   void warmUp();          // opens the links the algorithms want at init

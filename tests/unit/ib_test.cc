@@ -15,6 +15,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "transports/ib/hca_filter.h"
+#include "transports/ib/ib_devices.h"
 #include "transports/ib/ib_network.h"
 #include "transports/ib/mr_cache.h"
 #include "transports/net/nccl_net.h"
@@ -134,6 +135,24 @@ TEST(MrCache, LimitAndRefusalsAreNamedErrors) {
     EXPECT_NE(std::string(e.what()).find("ibv_reg_mr"), std::string::npos) << e.what();
   }
   EXPECT_THROW(d.cache.release(reinterpret_cast<void*>(99)), Error);
+}
+
+// NCCL_IB_PCI_RELAXED_ORDERING's default (2: where supported): the emulator exports
+// ibv_reg_mr_iova2, so the device's registrations carry IBV_ACCESS_RELAXED_ORDERING.
+TEST(IbDevices, RelaxedOrderingWhereTheLibraryOffersIt) {
+  const std::vector<Port>& ps = ports();
+  ASSERT_FALSE(ps.empty()) << "no IB port over " << config().ibverbsLib;
+  EXPECT_TRUE(ps[0].relaxedOrdering);
+  void* emu = dlopen(config().ibverbsLib.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(emu, nullptr);
+  auto access = reinterpret_cast<int (*)(uint32_t)>(dlsym(emu, "strata_verbs_emu_mr_access"));
+  ASSERT_NE(access, nullptr);
+  std::vector<char> buf(8192);
+  auto* mr = static_cast<ibv_mr*>(ps[0].mrs->acquire(buf.data(), buf.size()));
+  ASSERT_NE(mr, nullptr);
+  EXPECT_NE(access(mr->lkey) & IBV_ACCESS_RELAXED_ORDERING, 0);
+  EXPECT_NE(access(mr->lkey) & IBV_ACCESS_REMOTE_WRITE, 0);
+  ps[0].mrs->release(mr);
 }
 
 // A connected pair over the emulator.

@@ -312,6 +312,25 @@ __attribute__((visibility("default"))) ibv_mr*(ibv_reg_mr)(ibv_pd* pd, void* add
   return &m->mr;
 }
 
+// IBVERBS_1.8's registration (the one that takes optional flags such as relaxed
+// ordering). The emulator addresses memory by virtual address: an iova other than
+// `addr` is refused.
+__attribute__((visibility("default"))) ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t len, uint64_t iova,
+                                                                unsigned access) {
+  if (iova != reinterpret_cast<uintptr_t>(addr)) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  return (ibv_reg_mr)(pd, addr, len, static_cast<int>(access));
+}
+
+// Tests' view (not libibverbs API): the access flags a region was registered with, or -1.
+__attribute__((visibility("default"))) int strata_verbs_emu_mr_access(uint32_t lkey) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  auto it = state().mrs.find(lkey);
+  return it == state().mrs.end() ? -1 : it->second->access;
+}
+
 __attribute__((visibility("default"))) ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) {
   errno = EOPNOTSUPP;  // no device memory here
   return nullptr;

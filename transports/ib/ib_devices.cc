@@ -1,7 +1,9 @@
 #include "transports/ib/ib_devices.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <mutex>
 
 #include "base/config.h"
 #include "base/error.h"
@@ -17,6 +19,23 @@ bool zeroGid(const ibv_gid& g) {
   for (uint8_t b : g.raw)
     if (b) return false;
   return true;
+}
+
+// Relaxed ordering, decided as NCCL decides it: asked for (NCCL_IB_PCI_RELAXED_ORDERING
+// 1, or 2: where supported, the default) and the library has ibv_reg_mr_iova2
+// (IBVERBS_1.8), the registration that takes IBV_ACCESS_RELAXED_ORDERING; a device
+// without support ignores that flag, as it is optional.
+bool relaxedOrdering(const Verbs& v) {
+  int mode = config().ibPciRelaxedOrdering;
+  if (mode == 0) return false;
+  if (v.regMrIova2) return true;
+  static std::once_flag warned;
+  if (mode == 1)
+    std::call_once(warned, [&] {
+      STRATA_WARN(-1, "IB: NCCL_IB_PCI_RELAXED_ORDERING=1, but %s has no ibv_reg_mr_iova2 (rdma-core before "
+                  "IBVERBS_1.8): registering without relaxed ordering", v.file.c_str());
+    });
+  return false;
 }
 
 // Opens one device's selected active ports; appends them to `out`.
@@ -47,12 +66,14 @@ void openDevice(const Verbs& v, ibv_device* dev, const HcaFilter& filter, std::v
     }
     if (pa.link_layer != IBV_LINK_LAYER_INFINIBAND && pa.link_layer != IBV_LINK_LAYER_ETHERNET) continue;
     if (!pd && !(pd = v.allocPd(ctx))) break;
+    bool ro = relaxedOrdering(v);
     if (!mrs) {
       const Verbs* vp = &v;
       ibv_pd* domain = pd;
       int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-      if (config().ibPciRelaxedOrdering == 1) access |= IBV_ACCESS_RELAXED_ORDERING;
-      mrs = std::make_shared<MrCache>([vp, domain, access](void* b, size_t n) -> void* {
+      mrs = std::make_shared<MrCache>([vp, domain, access, ro](void* b, size_t n) -> void* {
+        if (ro)  // the entry point that takes IBV_ACCESS_RELAXED_ORDERING (an optional flag)
+          return vp->regMrIova2(domain, b, n, reinterpret_cast<uintptr_t>(b), access | IBV_ACCESS_RELAXED_ORDERING);
         return vp->regMr(domain, b, n, access);
       }, [vp](void* mr) { vp->deregMr(static_cast<ibv_mr*>(mr)); }, kRegistrationLimit);
     }
@@ -66,11 +87,12 @@ void openDevice(const Verbs& v, ibv_device* dev, const HcaFilter& filter, std::v
     port.gidIndex = chooseGidIndex(v, ctx, p, pa);
     if (v.queryGid(ctx, static_cast<uint8_t>(p), port.gidIndex, &port.gid) != 0) continue;
     port.rateMbps = portRateMbps(pa.active_speed, pa.active_width);
-    port.relaxedOrdering = config().ibPciRelaxedOrdering == 1;
+    port.relaxedOrdering = ro;
     port.guid = da.node_guid;
     port.mrs = mrs;
-    STRATA_INFO(kSubsysNet, -1, "IB: using %s:%d (%s, %d Mbit/s, GID index %d, MTU %d)", name.c_str(), p,
-                port.roce ? "RoCE" : "InfiniBand", port.rateMbps, port.gidIndex, 128 << pa.active_mtu);
+    STRATA_INFO(kSubsysNet, -1, "IB: using %s:%d (%s, %d Mbit/s, GID index %d, MTU %d%s)", name.c_str(), p,
+                port.roce ? "RoCE" : "InfiniBand", port.rateMbps, port.gidIndex, 128 << pa.active_mtu,
+                ro ? ", relaxed ordering" : "");
     out->push_back(std::move(port));
   }
   // A device with no port in use stays open: closing needs its PD gone, and it is one per process.

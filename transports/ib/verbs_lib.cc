@@ -54,6 +54,7 @@ Loaded load() {
   std::string optional;
   bind(lib, "_ibv_query_gid_ex", &v.queryGidEx, &optional);
   bind(lib, "ibv_reg_dmabuf_mr", &v.regDmabufMr, &optional);
+  bind(lib, "ibv_reg_mr_iova2", &v.regMrIova2, &optional);
   if (!missing.empty()) {
     l.why = format("%s has no %s", file.c_str(), missing.c_str());
     dlclose(lib);

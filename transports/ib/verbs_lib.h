@@ -26,6 +26,7 @@ struct Verbs {
   int (*deallocPd)(ibv_pd*);
   ibv_mr* (*regMr)(ibv_pd*, void*, size_t, int);
   ibv_mr* (*regDmabufMr)(ibv_pd*, uint64_t, size_t, uint64_t, int, int);  // may be null
+  ibv_mr* (*regMrIova2)(ibv_pd*, void*, size_t, uint64_t, unsigned);  // IBVERBS_1.8 (relaxed ordering); may be null
   int (*deregMr)(ibv_mr*);
   ibv_cq* (*createCq)(ibv_context*, int, void*, ibv_comp_channel*, int);
   int (*destroyCq)(ibv_cq*);
