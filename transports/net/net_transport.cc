@@ -419,17 +419,19 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
       if (!comm_) return;
       mh_ = net_.regMr(comm_, memory_.data(), memory_.size(), abi::kPtrHost);
     }
-    for (; posted_ < consumed_ + slots_; ++posted_) {
-      void* r = net_.irecv(comm_, slot(posted_), slotBytes_, 0, mh_);
-      if (!r) break;
-      requests_[posted_ % slots_] = r;
-    }
+    // What arrived first: a network that has failed since refuses new receives, and
+    // what came before the failure must still reach the rank.
     for (; arrived_ < posted_; ++arrived_) {
       size_t n = 0;
       if (!net_.test(requests_[arrived_ % slots_], &n)) break;
       STRATA_REQUIRE(n <= slotBytes_, ncclSystemError, "net transport: %zu bytes arrived in a slot of %zu", n,
                      slotBytes_);
       sizes_[arrived_ % slots_] = n;
+    }
+    for (; posted_ < consumed_ + slots_; ++posted_) {
+      void* r = net_.irecv(comm_, slot(posted_), slotBytes_, 0, mh_);
+      if (!r) break;
+      requests_[posted_ % slots_] = r;
     }
   }
 

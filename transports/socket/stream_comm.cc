@@ -46,16 +46,19 @@ StreamComm::Request* StreamComm::post(void* data, size_t bytes, int tag) {
 }
 
 bool StreamComm::test(Request* r, size_t* bytes) {
-  if (!failure_.empty()) throw Error(failCode_, failure_);
   // A receive tested right after another completed finds the streams just drained
   // (that pump read whatever had come): it waits for the next test, saving a system call.
   bool drained = drained_;
   drained_ = false;
-  if (!done(*r) && !(drained && !sender_)) {
-    sender_ ? pumpSend() : pumpRecv();
+  if (!done(*r) && failure_.empty() && !(drained && !sender_)) {
+    try {
+      sender_ ? pumpSend() : pumpRecv();
+    } catch (const Error&) {  // recorded in failure_; r may have completed before it
+    }
     drained_ = done(*r);
   }
-  if (!done(*r)) {
+  if (!done(*r)) {  // a request that completed is done even if the connection failed after it
+    if (!failure_.empty()) throw Error(failCode_, failure_);
     if (!sender_ && allClosed())
       throw net::PeerClosed(format("socket: %s closed the connection (its process is done or exited)", peer_.c_str()));
     return false;
