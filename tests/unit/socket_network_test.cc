@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -75,7 +76,7 @@ TEST(SocketNetwork, OddSizesExactOverEveryStreamInOrder) {
     ASSERT_TRUE(l.wait(sends[i], &sent)) << "message " << i;
     EXPECT_EQ(got, sizes[i]);
     EXPECT_EQ(sent, sizes[i]);
-    EXPECT_EQ(memcmp(dst[i].data(), src[i].data(), sizes[i]), 0) << "message " << i;
+    EXPECT_TRUE(std::equal(src[i].begin(), src[i].end(), dst[i].begin())) << "message " << i;
   }
 }
 
