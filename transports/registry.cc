@@ -98,6 +98,22 @@ std::string loadedNetworks() {
 
 }  // namespace
 
+std::vector<Activity> activity() {
+  std::vector<Activity> a;
+  for (const Transport* t : transports()) a.push_back(t->activity());
+  return a;
+}
+
+std::string describeActivity(const std::vector<Activity>& before, const std::vector<Activity>& after) {
+  std::string s;
+  const auto& list = transports();
+  for (size_t i = 0; i < list.size() && i < before.size() && i < after.size(); ++i) {
+    Activity d = after[i].since(before[i]);
+    if (d.any()) s += (s.empty() ? "" : "; ") + std::string(list[i]->name()) + ": " + d.str();
+  }
+  return s;
+}
+
 double networkGBps(const char* netName) {
   // The rate of the network a rank would use between nodes, where it reports one: a
   // plugin's or IB's (TCP's interface speed is the caller's to read: 0 here).

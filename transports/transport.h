@@ -173,6 +173,23 @@ class RegionProvider {
   virtual SharedRegion attachRegion(const ConnectRequest& req, const std::string& handle) = 0;
 };
 
+// What a transport moved in this process, as counters that only grow: the
+// executor logs their change over each operation under NCCL_DEBUG_SUBSYS=NET.
+// Transports that do not count report zeros.
+struct Activity {
+  uint64_t messages = 0, bytes = 0;    // through the slots
+  uint64_t puts = 0, putBytes = 0;     // one-sided, from the caller's buffer into the peer's
+  uint64_t registrations = 0;          // buffers registered with the network for an operation
+  // The network's own, where it counts them (IB): RDMA writes of data and of FIFO
+  // entries, and registrations new with the NIC versus found in its cache.
+  bool wire = false;
+  uint64_t dataWrites = 0, fifoWrites = 0, nicRegistrations = 0, cacheHits = 0;
+
+  Activity since(const Activity& before) const;  // the change from `before`
+  bool any() const { return messages || puts || registrations || dataWrites || fifoWrites; }
+  std::string str() const;  // "12 messages (1.5 MiB) through the slots, ..."
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -206,6 +223,8 @@ class Transport {
   virtual bool progress() { return false; }
   // kNeedsPolling: true while connections exist that only progress() moves.
   virtual bool active() const { return false; }
+  // What it moved in this process so far.
+  virtual Activity activity() const { return {}; }
 };
 
 // Transports in priority order, minus those the configuration disables
@@ -219,6 +238,11 @@ Transport* findTransport(const std::string& name);
 bool progressBackground();
 // True while such connections exist: a waiting rank must poll, not sleep on its doorbell.
 bool needsPolling();
+
+// Each transport's activity(), in priority order.
+std::vector<Activity> activity();
+// "name: what it did; ..." for the transports whose activity changed since `before`; "" if none.
+std::string describeActivity(const std::vector<Activity>& before, const std::vector<Activity>& after);
 
 // The rate (GB/s) of the network between nodes where a transport knows it (an NCCL
 // net plugin's devices, IB's ports: a node's rails together); 0 when none does.

@@ -35,6 +35,7 @@ CommPlan& Executor::planOf(Communicator& comm) {
 void Executor::add(Communicator& comm, const OpDesc& op) {
   CommPlan& plan = planOf(comm);  // every communicator of the group takes part, even with nothing to move
   if (!firstFn_) firstFn_ = op.fn;
+  ++ops_;
   if (op.count == 0) return;
   algorithms::CollectiveOp c;
   c.kind = op.kind == OpKind::kSend   ? algorithms::CollectiveOp::Kind::kSend
@@ -70,6 +71,10 @@ void Executor::openAndMake() {
 
 void Executor::run() {
   if (plans_.empty()) return;
+  // NCCL_DEBUG_SUBSYS=NET: what the transports moved for this group (counters of the process).
+  bool countNet = logEnabled(LogLevel::kInfo, kSubsysNet);
+  std::vector<transport::Activity> before;
+  if (countNet) before = transport::activity();
   try {
     openAndMake();
   } catch (const Error& e) {  // opening links: say which call it was for
@@ -77,6 +82,15 @@ void Executor::run() {
   }
   polling_ = transport::needsPolling();
   progressAll();
+  if (countNet) logActivity(before);
+}
+
+void Executor::logActivity(const std::vector<transport::Activity>& before) const {
+  std::string moved = transport::describeActivity(before, transport::activity());
+  if (moved.empty()) return;
+  std::string more = ops_ > 1 ? format(" and %d more operations of the group", ops_ - 1) : "";
+  STRATA_INFO(kSubsysNet, plans_.front().first->rank(), "NET counters, %s%s: %s (this process)",
+              firstFn_ ? firstFn_ : "ncclGroupEnd", more.c_str(), moved.c_str());
 }
 
 void Executor::progressAll() {

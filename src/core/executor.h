@@ -15,6 +15,7 @@
 #include "core/comm_plan.h"
 #include "core/communicator.h"
 #include "core/op.h"
+#include "transports/transport.h"
 
 namespace strata::core {
 
@@ -43,6 +44,7 @@ class Executor {
   bool sweep();
   bool sweepOrFail();  // sweep(), failing every communicator on a protocol error
   void checkHealth(double idleSec);
+  void logActivity(const std::vector<transport::Activity>& before) const;
   void checkStopped();  // fails the group when a communicator of it was stopped (abort, revoke)
   // Fails every communicator of the group. When the cause is here (not another
   // rank's report, already told, or a stop on this rank), first tells the other
@@ -57,6 +59,7 @@ class Executor {
   bool allDone_ = false;
   bool polling_ = false;  // some link needs this thread to move its data (sockets)
   const char* firstFn_ = nullptr;  // the first operation's API call, for messages
+  int ops_ = 0;                    // operations added
 };
 
 }  // namespace strata::core

@@ -286,6 +286,11 @@ class IbNetwork final : public net::Network {
   }
   void deregMr(void* comm, void* mhandle) override { static_cast<Comm*>(comm)->q.port->mrs->release(mhandle); }
   bool sendSeesReceive() const override { return true; }  // the FIFO entry carries the receive's size
+  bool wireCounters(net::WireCounters* out) override {
+    Counters n = counters();
+    *out = {n.dataWrites, n.fifoWrites, n.registrations, n.registrationHits};
+    return true;
+  }
   // On every device's cache: whichever port a connection uses finds it registered.
   void* pinMemory(void* data, size_t bytes) override {
     auto pin = std::make_unique<std::vector<std::pair<MrCache*, void*>>>();

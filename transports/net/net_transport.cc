@@ -17,6 +17,8 @@
 namespace strata::transport::net {
 namespace {
 
+void count(std::atomic<uint64_t>& counter, uint64_t n) { counter.fetch_add(n, std::memory_order_relaxed); }
+
 int deviceFor(Network& net, const PeerInfo& self) {
   int n = net.devices();
   STRATA_REQUIRE(n > 0, ncclSystemError, "network %s has no devices", net.name().c_str());
@@ -204,12 +206,15 @@ class NetSend final : public NetConnection, public SendConnection, public PutSen
         if (pendingMh_) deregPut(putComm_, pendingMh_);
         pendingMh_ = nullptr;
         pendingMh_ = net_.regMr(putComm_, const_cast<void*>(src), bytes, abi::kPtrHost);
+        count(live_.moved.registrations, 1);
         pendingSrc_ = src;
         pendingBytes_ = bytes;
       }
       void* r = net_.isend(putComm_, const_cast<void*>(src), bytes, 0, pendingMh_);
       if (!r) return false;  // no offer yet
       inFlight_.push_back({r, pendingMh_});
+      count(live_.moved.puts, 1);
+      count(live_.moved.putBytes, bytes);
       pendingMh_ = nullptr;
       wanted_.store(true, std::memory_order_relaxed);  // sweeps now move it
       return true;
@@ -267,11 +272,14 @@ class NetSend final : public NetConnection, public SendConnection, public PutSen
       comm_ = net_.connect(dev_, handle_);  // the plugin may keep its progress in the handle
       if (!comm_) return;
       mh_ = net_.regMr(comm_, memory_.data(), memory_.size(), abi::kPtrHost);
+      count(live_.moved.registrations, 1);
     }
     for (; sent_ < head_; ++sent_) {
       void* r = net_.isend(comm_, slot(sent_), sizes_[sent_ % slots_], 0, mh_);
       if (!r) break;  // the receiver has no receive posted yet
       requests_[sent_ % slots_] = r;
+      count(live_.moved.messages, 1);
+      count(live_.moved.bytes, sizes_[sent_ % slots_]);
     }
     for (; done_ < sent_; ++done_)
       if (!net_.test(requests_[done_ % slots_], nullptr)) break;
@@ -318,6 +326,7 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
     void* mh = nullptr;
     try {
       mh = net_.regMr(putComm_, dst, bytes, abi::kPtrHost);
+      count(live_.moved.registrations, 1);
       if (void* r = net_.irecv(putComm_, dst, bytes, 0, mh)) {
         offers_.push_back({r, mh});
         return true;
@@ -418,6 +427,7 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
       comm_ = net_.accept(listen_);
       if (!comm_) return;
       mh_ = net_.regMr(comm_, memory_.data(), memory_.size(), abi::kPtrHost);
+      count(live_.moved.registrations, 1);
     }
     // What arrived first: a network that has failed since refuses new receives, and
     // what came before the failure must still reach the rank.
@@ -506,6 +516,26 @@ bool NetTransport::progress() {
   if (!lock.owns_lock()) return true;  // another rank thread is sweeping every connection right now
   for (NetConnection* c : live_.set) c->progressIfFree();
   return !live_.set.empty();
+}
+
+Activity NetTransport::activity() const {
+  Activity a;
+  const NetCounters& m = live_.moved;
+  a.messages = m.messages.load(std::memory_order_relaxed);
+  a.bytes = m.bytes.load(std::memory_order_relaxed);
+  a.puts = m.puts.load(std::memory_order_relaxed);
+  a.putBytes = m.putBytes.load(std::memory_order_relaxed);
+  a.registrations = m.registrations.load(std::memory_order_relaxed);
+  WireCounters w;
+  Network* n = network();
+  if (n && n->wireCounters(&w)) {
+    a.wire = true;
+    a.dataWrites = w.dataWrites;
+    a.fifoWrites = w.fifoWrites;
+    a.nicRegistrations = w.registrations;
+    a.cacheHits = w.cacheHits;
+  }
+  return a;
 }
 
 bool NetTransport::active() const { return live_.count.load(std::memory_order_relaxed) > 0; }

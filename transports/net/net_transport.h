@@ -17,12 +17,20 @@ namespace strata::transport::net {
 
 class NetConnection;
 
-// The connections of one NetTransport that its progress() sweeps.
+// What the connections of one NetTransport moved (transport.h Activity).
+struct NetCounters {
+  std::atomic<uint64_t> messages{0}, bytes{0}, puts{0}, putBytes{0}, registrations{0};
+};
+
+// The connections of one NetTransport that its progress() sweeps, and their counters.
 struct LiveConnections {
   std::mutex mu;
   std::set<NetConnection*> set;
   std::atomic<int> count{0};
+  NetCounters moved;
 };
+
+
 
 // Which pairs of ranks a network links.
 enum class Reach {
@@ -47,6 +55,7 @@ class NetTransport final : public Transport {
   bool active() const override;
   // A range peers may put into (kPut); persist() keeps it registered with the network.
   std::shared_ptr<Registration> registerMemory(void* base, size_t bytes) override;
+  Activity activity() const override;
 
  private:
   const char* name_;

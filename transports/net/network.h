@@ -38,6 +38,12 @@ struct DeviceProperties {
   int maxRecvs = 1;
 };
 
+// What a network did in this process, where it counts it (IB): Strata's net
+// transport adds these to its own counters (transport.h Activity).
+struct WireCounters {
+  uint64_t dataWrites = 0, fifoWrites = 0, registrations = 0, cacheHits = 0;
+};
+
 class Network {
  public:
   virtual ~Network() = default;
@@ -76,6 +82,11 @@ class Network {
     return nullptr;
   }
   virtual void unpinMemory(void* pin) { (void)pin; }
+  // False where the network keeps no counters (NCCL's plugins, TCP).
+  virtual bool wireCounters(WireCounters* out) {
+    (void)out;
+    return false;
+  }
 };
 
 }  // namespace strata::transport::net

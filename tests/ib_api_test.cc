@@ -1,0 +1,157 @@
+// The IB network through the public API, on the user-space verbs device: the
+// per-operation NET counters (NCCL_DEBUG_SUBSYS=NET) that show what each
+// operation cost on the wire, and which device each rank's rail picks.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "harness/ranks.h"
+
+namespace strata::test {
+namespace {
+
+// A fresh folder for the ranks' NCCL_DEBUG_FILEs.
+std::string scratchDir() {
+  char dir[] = "/tmp/strata-ib-api-XXXXXX";
+  EXPECT_NE(mkdtemp(dir), nullptr);
+  return dir;
+}
+
+// Ranks as processes, rank k on fake node k, over IB on the emulator; each logs
+// NET lines to dir/net.<pid>.log. `extraEnv` runs in each rank before anything.
+std::vector<RankResult> onFakeNodes(int nranks, const std::string& dir, const RankFn& fn,
+                                    const std::function<void(int)>& extraEnv = {}) {
+  return runRanks(Mode::kProcesses, nranks, fn, 120, [dir, extraEnv](int rank) {
+    setenv("NCCL_HOSTID", ("ib-api-node" + std::to_string(rank)).c_str(), 1);
+    setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+    setenv("STRATA_IBVERBS_LIB", STRATA_VERBS_EMU_PATH, 1);
+    setenv("NCCL_NET", "IB", 1);
+    setenv("NCCL_DEBUG", "INFO", 1);
+    setenv("NCCL_DEBUG_SUBSYS", "NET", 1);
+    setenv("NCCL_DEBUG_FILE", (dir + "/net.%p.log").c_str(), 1);
+    if (extraEnv) extraEnv(rank);
+    reloadEnvironment();
+    return std::string();
+  });
+}
+
+// Every "NET counters" line the ranks logged for `fn`, per log file (one per rank), in order.
+std::vector<std::vector<std::string>> counterLines(const std::string& dir, const std::string& fn) {
+  std::vector<std::vector<std::string>> out;
+  FILE* ls = popen(("ls " + dir + "/net.*.log 2>/dev/null").c_str(), "r");
+  char path[512];
+  while (ls && fgets(path, sizeof(path), ls)) {
+    std::string p(path);
+    p.pop_back();
+    std::ifstream in(p);
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);)
+      if (line.find("NET counters, " + fn + ":") != std::string::npos) lines.push_back(line);
+    out.push_back(lines);
+  }
+  if (ls) pclose(ls);
+  return out;
+}
+
+// The number before `what` in a counters line ("3 puts" -> 3), -1 when absent.
+long long countOf(const std::string& line, const std::string& what) {
+  std::smatch m;
+  if (!std::regex_search(line, m, std::regex("(\\d+) " + what))) return -1;
+  return std::stoll(m[1]);
+}
+
+// A steady all-reduce loop between nodes registers nothing after its first
+// operation (the slots are registered once, when the connections come up), and
+// every operation moves messages.
+TEST(IbCounters, SteadyAllReduceRegistersNothingAfterTheFirstOperation) {
+  std::string dir = scratchDir();
+  constexpr int kIters = 6;
+  constexpr size_t kCount = 256 * 1024;  // 1 MiB of floats
+  auto results = onFakeNodes(2, dir, [](int rank, int n, const ncclUniqueId& id) -> std::string {
+    ncclComm_t comm;
+    RANK_NCCL(ncclCommInitRank(&comm, n, id, rank));
+    std::vector<float> in(kCount), out(kCount);
+    for (int it = 0; it < kIters; ++it) {
+      for (size_t i = 0; i < kCount; ++i) in[i] = static_cast<float>((i % 97) + rank + it);
+      RANK_NCCL(ncclAllReduce(in.data(), out.data(), kCount, ncclFloat, ncclSum, comm, nullptr));
+      for (size_t i = 0; i < kCount; ++i)
+        if (out[i] != static_cast<float>(2 * (i % 97) + 1 + 2 * it)) return "wrong sum at " + std::to_string(i);
+    }
+    ncclCommDestroy(comm);
+    return "";
+  });
+  ASSERT_EQ(failures(results), "");
+  auto files = counterLines(dir, "ncclAllReduce");
+  ASSERT_EQ(files.size(), 2u);
+  for (const auto& lines : files) {
+    ASSERT_EQ(lines.size(), static_cast<size_t>(kIters)) << "one counters line per all-reduce";
+    EXPECT_GT(countOf(lines[0], "registrations"), 0) << lines[0];  // the slots, as the connections come up
+    for (int it = 1; it < kIters; ++it) {
+      SCOPED_TRACE(lines[it]);
+      EXPECT_GT(countOf(lines[it], "messages"), 0);
+      EXPECT_EQ(countOf(lines[it], "registrations"), 0);
+      EXPECT_EQ(countOf(lines[it], "new registrations with the NIC"), 0);
+    }
+  }
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// A large message to a buffer the user registered (ncclCommRegister) moves as one
+// RDMA write from the sender's buffer straight into the receiver's: one put, one
+// data write, and no registration with the NIC, after the first operation.
+TEST(IbCounters, LargeSendIsOneRdmaWriteIntoTheReceiversBuffer) {
+  std::string dir = scratchDir();
+  constexpr int kIters = 5;
+  constexpr size_t kBytes = 16u << 20;
+  auto results = onFakeNodes(2, dir, [](int rank, int n, const ncclUniqueId& id) -> std::string {
+    ncclComm_t comm;
+    RANK_NCCL(ncclCommInitRank(&comm, n, id, rank));
+    void *sendBuf = nullptr, *recvBuf = nullptr, *sh = nullptr, *rh = nullptr;
+    RANK_NCCL(ncclMemAlloc(&sendBuf, kBytes));
+    RANK_NCCL(ncclMemAlloc(&recvBuf, kBytes));
+    RANK_NCCL(ncclCommRegister(comm, sendBuf, kBytes, &sh));
+    RANK_NCCL(ncclCommRegister(comm, recvBuf, kBytes, &rh));
+    auto* s = static_cast<unsigned char*>(sendBuf);
+    auto* r = static_cast<unsigned char*>(recvBuf);
+    int peer = 1 - rank;
+    for (int it = 0; it < kIters; ++it) {
+      for (size_t i = 0; i < kBytes; ++i) s[i] = static_cast<unsigned char>(i * 7 + rank + it);
+      RANK_NCCL(ncclGroupStart());
+      RANK_NCCL(ncclSend(sendBuf, kBytes, ncclUint8, peer, comm, nullptr));
+      RANK_NCCL(ncclRecv(recvBuf, kBytes, ncclUint8, peer, comm, nullptr));
+      RANK_NCCL(ncclGroupEnd());
+      for (size_t i = 0; i < kBytes; ++i)
+        if (r[i] != static_cast<unsigned char>(i * 7 + peer + it)) return "wrong byte at " + std::to_string(i);
+    }
+    ncclCommDeregister(comm, sh);
+    ncclCommDeregister(comm, rh);
+    ncclCommDestroy(comm);
+    ncclMemFree(sendBuf);
+    ncclMemFree(recvBuf);
+    return "";
+  });
+  ASSERT_EQ(failures(results), "");
+  auto files = counterLines(dir, "ncclSend and 1 more operations of the group");
+  ASSERT_EQ(files.size(), 2u);
+  for (const auto& lines : files) {
+    ASSERT_EQ(lines.size(), static_cast<size_t>(kIters));
+    for (int it = 1; it < kIters; ++it) {
+      SCOPED_TRACE(lines[it]);
+      EXPECT_EQ(countOf(lines[it], "puts"), 1);
+      EXPECT_EQ(countOf(lines[it], "data writes"), 1);
+      EXPECT_EQ(countOf(lines[it], "new registrations with the NIC"), 0);
+      EXPECT_EQ(countOf(lines[it], "messages \\(0 B\\) through the slots"), 0);
+    }
+  }
+  std::system(("rm -rf " + dir).c_str());
+}
+
+}  // namespace
+}  // namespace strata::test
