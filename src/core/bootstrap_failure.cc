@@ -68,6 +68,7 @@ bool Bootstrap::takeFailure(FailureNote* note, double waitSec) {
 
 std::string Bootstrap::describeWait(int peer, double windowSec) {
   std::map<int, int> waits;  // reporting rank -> whom it waits for (this communicator's reports only)
+  std::map<int, std::string> whys;  // reporting rank -> what it said
   waits[rank_] = peer;
   Deadline window(windowSec);
   PostOffice& po = PostOffice::instance();
@@ -76,7 +77,10 @@ std::string Bootstrap::describeWait(int peer, double windowSec) {
     int from = -1;
     FailureNote note;
     while (po.tryTake(magic_, MsgKind::kFailure, rank_, &msg, &from))
-      if (unpackNote(msg, from, &note) && from >= 0) waits[from] = note.waitingFor;
+      if (unpackNote(msg, from, &note) && from >= 0) {
+        waits[from] = note.waitingFor;
+        whys[from] = note.why;
+      }
     // Follow the chain from `peer`: it ends at a rank with no report (the silent one) or closes a cycle.
     std::string chain = format("rank %d", peer);
     std::map<int, bool> seen{{rank_, true}};
@@ -84,7 +88,7 @@ std::string Bootstrap::describeWait(int peer, double windowSec) {
     for (;;) {
       auto it = waits.find(at);
       if (it == waits.end()) break;
-      if (it->second < 0) return chain + ", which failed itself";
+      if (it->second < 0) return chain + ", which failed itself: " + whys[at];  // its cause, naming whom it blames
       if (seen[at]) return chain + " (the ranks wait for each other in a cycle: do they call the same operations?)";
       seen[at] = true;
       at = it->second;
