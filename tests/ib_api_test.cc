@@ -1,6 +1,7 @@
 // The IB network through the public API, on the user-space verbs device: the
 // per-operation NET counters (NCCL_DEBUG_SUBSYS=NET) that show what each
-// operation cost on the wire, and which device each rank's rail picks.
+// operation cost on the wire, and which device each rank's rail picks
+// (sysfs and topology files of the tests' own).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -150,6 +151,105 @@ TEST(IbCounters, LargeSendIsOneRdmaWriteIntoTheReceiversBuffer) {
       EXPECT_EQ(countOf(lines[it], "messages \\(0 B\\) through the slots"), 0);
     }
   }
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// A sysfs tree as the kernel lays it out for two RDMA devices: semu0 at PCI
+// 0000:3b:00.0 on NUMA node `numa0`, semu1 at 0000:5e:00.0 on NUMA node `numa1`.
+void fakeSysfs(const std::string& root, int numa0, int numa1) {
+  const char* bus[2] = {"0000:3b:00.0", "0000:5e:00.0"};
+  int numa[2] = {numa0, numa1};
+  for (int d = 0; d < 2; ++d) {
+    std::string pci = root + "/devices/pci0000:00/" + bus[d];
+    std::string cls = root + "/class/infiniband/semu" + std::to_string(d);
+    ASSERT_EQ(std::system(("mkdir -p " + pci + " " + cls).c_str()), 0);
+    std::ofstream(pci + "/numa_node") << numa[d] << "\n";
+    ASSERT_EQ(symlink(pci.c_str(), (cls + "/device").c_str()), 0);
+  }
+}
+
+// A topology file with one CPU (NUMA 0, where this machine's ranks run) and one
+// NIC under it: its port's name and its PCI bus id.
+std::string topologyWithNic(const std::string& dir, const std::string& name, const std::string& bus) {
+  std::string path = dir + "/topo.xml";
+  std::ofstream(path) << "<system version=\"1\">\n"
+                         "  <cpu numaid=\"0\" affinity=\"ffffffff\" arch=\"x86_64\" vendor=\"GenuineIntel\" "
+                         "familyid=\"6\" modelid=\"85\">\n"
+                         "    <pci busid=\"" << bus << "\" class=\"0x020700\" vendor=\"0x15b3\" device=\"0x101b\" "
+                         "link_speed=\"16.0 GT/s PCIe\" link_width=\"16\">\n"
+                         "      <nic><net name=\"" << name << "\" dev=\"0\" speed=\"100000\" port=\"1\" gdr=\"0\"/></nic>\n"
+                         "    </pci>\n  </cpu>\n</system>\n";
+  return path;
+}
+
+// The device each rank's connections used: "semuN" from its "uses device" lines
+// (every line of a rank must agree); one entry per rank's log.
+std::vector<std::string> devicesUsed(const std::string& dir) {
+  std::vector<std::string> out;
+  FILE* ls = popen(("ls " + dir + "/net.*.log 2>/dev/null").c_str(), "r");
+  char path[512];
+  while (ls && fgets(path, sizeof(path), ls)) {
+    std::string p(path);
+    p.pop_back();
+    std::ifstream in(p);
+    std::string used;
+    for (std::string line; std::getline(in, line);) {
+      std::smatch m;
+      if (!std::regex_search(line, m, std::regex("uses device \\d+ \\((semu\\d)\\): (.*)"))) continue;
+      if (used.empty()) used = m[1];
+      if (used != m[1]) used = "both " + used + " and " + std::string(m[1]);
+    }
+    out.push_back(used);
+  }
+  if (ls) pclose(ls);
+  return out;
+}
+
+// An all-reduce between two fake nodes, each with the two devices of fakeSysfs;
+// returns the device each rank used.
+std::vector<std::string> railsOfARun(const std::string& dir, int numa0, int numa1, const std::string& topo) {
+  fakeSysfs(dir + "/sys", numa0, numa1);
+  auto results = onFakeNodes(
+      2, dir,
+      [](int rank, int n, const ncclUniqueId& id) -> std::string {
+        ncclComm_t comm;
+        RANK_NCCL(ncclCommInitRank(&comm, n, id, rank));
+        int v = rank + 1, sum = 0;
+        RANK_NCCL(ncclAllReduce(&v, &sum, 1, ncclInt32, ncclSum, comm, nullptr));
+        ncclCommDestroy(comm);
+        return sum == 3 ? "" : "wrong sum " + std::to_string(sum);
+      },
+      [dir, topo](int) {
+        setenv("STRATA_VERBS_EMU_DEVICES", "2", 1);
+        setenv("STRATA_VERBS_EMU_SYSFS", (dir + "/sys").c_str(), 1);
+        if (!topo.empty()) setenv("NCCL_TOPO_FILE", topo.c_str(), 1);
+      });
+  EXPECT_EQ(failures(results), "");
+  return devicesUsed(dir);
+}
+
+// Without a NIC in the topology, a rank uses a device on its own NUMA node (this
+// machine's ranks run on node 0): semu1 when it is there, semu0 when that one is.
+TEST(IbRails, TheDeviceOnTheRanksNumaNode) {
+  for (int local : {0, 1}) {
+    std::string dir = scratchDir();
+    auto used = railsOfARun(dir, local == 0 ? 0 : 1, local == 1 ? 0 : 1, "");
+    std::string want = "semu" + std::to_string(local);
+    EXPECT_EQ(used, std::vector<std::string>(2, want));
+    std::system(("rm -rf " + dir).c_str());
+  }
+}
+
+// The NIC the topology puts nearest the rank wins over NUMA, matched by its name,
+// or by its PCI bus id where the name is not the network's.
+TEST(IbRails, TheTopologysNearestNicByNameOrPciBusId) {
+  std::string dir = scratchDir();
+  auto used = railsOfARun(dir, 1, 0, topologyWithNic(dir, "semu0", "0000:11:00.0"));
+  EXPECT_EQ(used, std::vector<std::string>(2, "semu0"));  // by name (NUMA alone would pick semu1)
+  std::system(("rm -rf " + dir).c_str());
+  dir = scratchDir();
+  used = railsOfARun(dir, 0, 1, topologyWithNic(dir, "mlx5_7", "0000:5e:00.0"));
+  EXPECT_EQ(used, std::vector<std::string>(2, "semu1"));  // by PCI bus id (NUMA alone would pick semu0)
   std::system(("rm -rf " + dir).c_str());
 }
 

@@ -21,6 +21,8 @@ struct PeerInfo {
   int rail = -1;             // the topology's network port it uses (NCCL_TOPO_FILE), -1: the socket interface
   int numaNode = 0;          // the NUMA domain it runs on: ranks of a node are ringed in NUMA order
   char busId[16] = {};       // its GPU's PCI bus id ("0000:07:00.0"), empty without one
+  char railName[32] = {};    // the NIC port nearest it in the topology ("mlx5_0"): its network device
+  char railBusId[16] = {};   // that NIC's PCI bus id, for networks that name devices otherwise
   char netName[32] = {};     // the network its communicator uses between nodes (ncclConfig_t.netName, else
                              // NCCL_NET); empty: the first that connects
   char hostname[64] = {};

@@ -88,6 +88,15 @@ PeerInfo Communicator::describeSelf(int rank, const CommOptions& opts, std::shar
   self.numaNode = topology::currentNumaNode();
   auto topo = topology::localTopology(config().topoFile);  // throws for a bad NCCL_TOPO_FILE
   int cpu = topology::cpuForNuma(topo->sys, self.numaNode);
+  // The NIC nearest this rank's GPU (else its NUMA node), in the file or as discovered:
+  // the network device its connections use. Equally near ones go to consecutive ranks.
+  int near = topology::rankDevices(topo->sys, {self.busId}, {self.numaNode}).front();
+  std::vector<int> nics = topology::nearestNets(topo->sys, near);
+  if (!nics.empty()) {
+    topology::RailId id = topology::railIdentity(topo->sys, nics[rank % nics.size()]);
+    copyString(self.railName, sizeof(self.railName), id.name);
+    copyString(self.railBusId, sizeof(self.railBusId), id.busId);
+  }
   std::vector<int> rails = topo->fromFile ? topology::nearestNets(topo->sys, cpu) : std::vector<int>{};
   if (config().netGBps > 0) {
     self.netGBps = config().netGBps;

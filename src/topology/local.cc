@@ -48,6 +48,13 @@ std::vector<int> rankDevices(const System& sys, const std::vector<std::string>& 
   return cpus;
 }
 
+RailId railIdentity(const System& sys, int net) {
+  RailId r{sys.node(net).id, ""};
+  for (const Link& l : sys.node(net).links)
+    if (sys.node(l.to).type == NodeType::kNic) r.busId = sys.node(l.to).id;
+  return r;
+}
+
 int cpuForNuma(const System& sys, int numa) {
   std::vector<int> cpus = sys.ofType(NodeType::kCpu);
   for (int c : cpus)

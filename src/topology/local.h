@@ -27,6 +27,12 @@ int currentNumaNode();
 // every rank's GPU (by PCI bus id), else the CPU of its NUMA domain.
 std::vector<int> rankDevices(const System& sys, const std::vector<std::string>& busIds, const std::vector<int>& numas);
 
+// How the NIC port `net` is known to a network: its name and its NIC's PCI bus id.
+struct RailId {
+  std::string name, busId;
+};
+RailId railIdentity(const System& sys, int net);
+
 // The CPU node for a NUMA id, or the first CPU when the topology has no such id
 // (a topology file from another machine).
 int cpuForNuma(const System& sys, int numa);

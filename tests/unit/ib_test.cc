@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -153,6 +154,31 @@ TEST(IbDevices, RelaxedOrderingWhereTheLibraryOffersIt) {
   EXPECT_NE(access(mr->lkey) & IBV_ACCESS_RELAXED_ORDERING, 0);
   EXPECT_NE(access(mr->lkey) & IBV_ACCESS_REMOTE_WRITE, 0);
   ps[0].mrs->release(mr);
+}
+
+// Where rdma-core has no ibv_query_gid_ex (before v34), the GID types come from sysfs,
+// as NCCL reads them: the RoCE v2 GID is chosen over the v1 one before it, and with
+// no type to read (no such tree) the index is 0, as before.
+TEST(IbDevices, GidTypesFromSysfsWithoutQueryGidEx) {
+  const std::vector<Port>& ps = ports();
+  ASSERT_FALSE(ps.empty()) << "no IB port over " << config().ibverbsLib;
+  const Verbs* v = verbs();
+  ASSERT_NE(v, nullptr);
+  Verbs old = *v;
+  old.queryGidEx = nullptr;
+  char root[] = "/tmp/strata-sysfs-XXXXXX";
+  ASSERT_NE(mkdtemp(root), nullptr);
+  std::string types = std::string(root) + "/class/infiniband/" + ps[0].device + "/ports/1/gid_attrs/types";
+  EXPECT_EQ(chooseGidIndex(old, ps[0].ctx, ps[0].device, 1, ps[0].attr, root), 0);  // nothing to read
+  ASSERT_EQ(std::system(("mkdir -p " + types).c_str()), 0);
+  std::ofstream(types + "/0") << "IB/RoCE v1\n";
+  std::ofstream(types + "/1") << "RoCE v2\n";
+  EXPECT_EQ(gidTypeFromSysfs(root, ps[0].device, 1, 0), IBV_GID_TYPE_ROCE_V1);
+  EXPECT_EQ(gidTypeFromSysfs(root, ps[0].device, 1, 1), IBV_GID_TYPE_ROCE_V2);
+  EXPECT_EQ(gidTypeFromSysfs(root, ps[0].device, 1, 2), -1);
+  EXPECT_EQ(chooseGidIndex(old, ps[0].ctx, ps[0].device, 1, ps[0].attr, root), 1);
+  EXPECT_EQ(chooseGidIndex(*v, ps[0].ctx, ps[0].device, 1, ps[0].attr, root), 1);  // ibv_query_gid_ex agrees
+  std::system((std::string("rm -rf ") + root).c_str());
 }
 
 // A connected pair over the emulator.

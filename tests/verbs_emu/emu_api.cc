@@ -183,6 +183,9 @@ __attribute__((visibility("default"))) ibv_device** ibv_get_device_list(int* num
     d->index = static_cast<int>(s.devices.size());
     snprintf(d->dev.name, sizeof(d->dev.name), "semu%d", d->index);
     snprintf(d->dev.dev_name, sizeof(d->dev.dev_name), "uverbs%d", d->index);
+    // A sysfs tree of the test's (STRATA_VERBS_EMU_SYSFS): <root>/class/infiniband/semuN, as the kernel's.
+    if (const char* root = getenv("STRATA_VERBS_EMU_SYSFS"))
+      snprintf(d->dev.ibdev_path, sizeof(d->dev.ibdev_path), "%s/class/infiniband/%s", root, d->dev.name);
     d->dev.node_type = IBV_NODE_CA;
     d->dev.transport_type = IBV_TRANSPORT_IB;
     s.devices.push_back(d);

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 
 #include "base/config.h"
@@ -36,6 +38,15 @@ bool relaxedOrdering(const Verbs& v) {
                   "IBVERBS_1.8): registering without relaxed ordering", v.file.c_str());
     });
   return false;
+}
+
+// The device's PCI function in sysfs (<ibdev_path>/device, resolved), "" when unknown.
+std::string pciPathOf(ibv_device* dev) {
+  std::string link = std::string(dev->ibdev_path) + "/device";
+  char* real = dev->ibdev_path[0] ? realpath(link.c_str(), nullptr) : nullptr;
+  std::string path = real ? real : "";
+  free(real);
+  return path;
 }
 
 // Opens one device's selected active ports; appends them to `out`.
@@ -79,12 +90,13 @@ void openDevice(const Verbs& v, ibv_device* dev, const HcaFilter& filter, std::v
     }
     Port port;
     port.device = name;
+    port.pciPath = pciPathOf(dev);
     port.port = p;
     port.ctx = ctx;
     port.pd = pd;
     port.attr = pa;
     port.roce = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
-    port.gidIndex = chooseGidIndex(v, ctx, p, pa);
+    port.gidIndex = chooseGidIndex(v, ctx, name, p, pa);
     if (v.queryGid(ctx, static_cast<uint8_t>(p), port.gidIndex, &port.gid) != 0) continue;
     port.rateMbps = portRateMbps(pa.active_speed, pa.active_width);
     port.relaxedOrdering = ro;
@@ -125,19 +137,43 @@ std::vector<Port> discover() {
 
 }  // namespace
 
-int chooseGidIndex(const Verbs& v, ibv_context* ctx, int port, const ibv_port_attr& attr) {
+int gidTypeFromSysfs(const std::string& root, const std::string& device, int port, int index) {
+  std::string path = format("%s/class/infiniband/%s/ports/%d/gid_attrs/types/%d", root.c_str(), device.c_str(), port,
+                            index);
+  std::ifstream in(path);
+  std::string type;
+  if (!std::getline(in, type)) return -1;  // unreadable, or a GID with no type (unused)
+  if (type.find("RoCE v2") != std::string::npos) return IBV_GID_TYPE_ROCE_V2;
+  if (type.find("RoCE v1") != std::string::npos) return IBV_GID_TYPE_ROCE_V1;
+  return -1;
+}
+
+int chooseGidIndex(const Verbs& v, ibv_context* ctx, const std::string& device, int port, const ibv_port_attr& attr,
+                   const std::string& sysfsRoot) {
   if (attr.link_layer != IBV_LINK_LAYER_ETHERNET) return 0;
   if (config().ibGidIndex >= 0) return config().ibGidIndex;
-  if (!v.queryGidEx) return 0;
-  uint32_t want = config().ibRoceVersion == 1 ? IBV_GID_TYPE_ROCE_V1 : IBV_GID_TYPE_ROCE_V2;
+  // GID i's type and value: from ibv_query_gid_ex, else sysfs and ibv_query_gid.
+  auto entry = [&](int i, int* type, ibv_gid* gid) {
+    if (v.queryGidEx) {
+      ibv_gid_entry e{};
+      if (v.queryGidEx(ctx, static_cast<uint32_t>(port), static_cast<uint32_t>(i), &e, 0, sizeof(e)) != 0)
+        return false;
+      *type = static_cast<int>(e.gid_type);
+      *gid = e.gid;
+      return true;
+    }
+    *type = gidTypeFromSysfs(sysfsRoot, device, port, i);
+    return *type >= 0 && v.queryGid(ctx, static_cast<uint8_t>(port), i, gid) == 0;
+  };
+  int want = config().ibRoceVersion == 1 ? IBV_GID_TYPE_ROCE_V1 : IBV_GID_TYPE_ROCE_V2;
   // Best first, as NCCL's default address family does: IPv4-mapped (routable on L3
   // fabrics), then global IPv6, then link-local (fe80::, not routed).
   int best = -1, bestRank = 0;
   for (int i = 0; i < attr.gid_tbl_len; ++i) {
-    ibv_gid_entry e{};
-    if (v.queryGidEx(ctx, static_cast<uint32_t>(port), static_cast<uint32_t>(i), &e, 0, sizeof(e)) != 0) continue;
-    if (e.gid_type != want || zeroGid(e.gid)) continue;
-    const uint8_t* g = e.gid.raw;
+    int type = -1;
+    ibv_gid gid{};
+    if (!entry(i, &type, &gid) || type != want || zeroGid(gid)) continue;
+    const uint8_t* g = gid.raw;
     bool v4 = g[10] == 0xff && g[11] == 0xff && std::all_of(g, g + 10, [](uint8_t b) { return b == 0; });
     bool linkLocal = g[0] == 0xfe && (g[1] & 0xc0) == 0x80;
     int rank = v4 ? 3 : linkLocal ? 1 : 2;

@@ -190,6 +190,7 @@ class IbNetwork final : public net::Network {
     const Port& p = port(dev);
     net::DeviceProperties d;
     d.name = p.device;
+    d.pciPath = p.pciPath;
     d.guid = p.guid;
     d.ptrSupport = net::abi::kPtrHost;
     d.speedMbps = p.rateMbps;

@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "transports/net/nccl_net.h"
+#include "transports/net/rail.h"
 
 namespace strata::transport::net {
 namespace {
@@ -20,9 +21,11 @@ namespace {
 void count(std::atomic<uint64_t>& counter, uint64_t n) { counter.fetch_add(n, std::memory_order_relaxed); }
 
 int deviceFor(Network& net, const PeerInfo& self) {
-  int n = net.devices();
-  STRATA_REQUIRE(n > 0, ncclSystemError, "network %s has no devices", net.name().c_str());
-  return self.rail >= 0 ? self.rail % n : 0;  // the rank's rail (its nearest NIC), else the first
+  std::string why;
+  int d = railDevice(net, self, &why);
+  STRATA_INFO(kSubsysNet, self.rank, "net transport (%s): rank %d uses device %d (%s): %s", net.name().c_str(),
+              self.rank, d, net.properties(d).name.c_str(), why.c_str());
+  return d;
 }
 
 // Aborts within a second of each other share one window of half a second.
