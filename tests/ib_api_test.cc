@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <cstdlib>
 #include <fstream>
 #include <regex>
@@ -43,22 +45,26 @@ std::vector<RankResult> onFakeNodes(int nranks, const std::string& dir, const Ra
   });
 }
 
-// Every "NET counters" line the ranks logged for `fn`, per log file (one per rank), in order.
-std::vector<std::vector<std::string>> counterLines(const std::string& dir, const std::string& fn) {
+// The lines of each rank's log (one entry per NCCL_DEBUG_FILE in `dir`).
+std::vector<std::vector<std::string>> rankLogs(const std::string& dir) {
   std::vector<std::vector<std::string>> out;
-  FILE* ls = popen(("ls " + dir + "/net.*.log 2>/dev/null").c_str(), "r");
-  char path[512];
-  while (ls && fgets(path, sizeof(path), ls)) {
-    std::string p(path);
-    p.pop_back();
-    std::ifstream in(p);
-    std::vector<std::string> lines;
-    for (std::string line; std::getline(in, line);)
-      if (line.find("NET counters, " + fn + ":") != std::string::npos) lines.push_back(line);
-    out.push_back(lines);
+  for (const auto& f : std::filesystem::directory_iterator(dir)) {
+    if (f.path().extension() != ".log") continue;
+    std::ifstream in(f.path());
+    out.emplace_back();
+    for (std::string line; std::getline(in, line);) out.back().push_back(line);
   }
-  if (ls) pclose(ls);
   return out;
+}
+
+// Every "NET counters" line the ranks logged for `fn`, per rank, in order.
+std::vector<std::vector<std::string>> counterLines(const std::string& dir, const std::string& fn) {
+  auto logs = rankLogs(dir);
+  for (auto& lines : logs)
+    lines.erase(std::remove_if(lines.begin(), lines.end(),
+                               [&](const std::string& l) { return l.find("NET counters, " + fn + ":") == std::string::npos; }),
+                lines.end());
+  return logs;
 }
 
 // The number before `what` in a counters line ("3 puts" -> 3), -1 when absent.
@@ -101,7 +107,7 @@ TEST(IbCounters, SteadyAllReduceRegistersNothingAfterTheFirstOperation) {
       EXPECT_EQ(countOf(lines[it], "new registrations with the NIC"), 0);
     }
   }
-  std::system(("rm -rf " + dir).c_str());
+  std::filesystem::remove_all(dir);
 }
 
 // A large message to a buffer the user registered (ncclCommRegister) moves as one
@@ -151,7 +157,7 @@ TEST(IbCounters, LargeSendIsOneRdmaWriteIntoTheReceiversBuffer) {
       EXPECT_EQ(countOf(lines[it], "messages \\(0 B\\) through the slots"), 0);
     }
   }
-  std::system(("rm -rf " + dir).c_str());
+  std::filesystem::remove_all(dir);
 }
 
 // A sysfs tree as the kernel lays it out for two RDMA devices: semu0 at PCI
@@ -162,7 +168,8 @@ void fakeSysfs(const std::string& root, int numa0, int numa1) {
   for (int d = 0; d < 2; ++d) {
     std::string pci = root + "/devices/pci0000:00/" + bus[d];
     std::string cls = root + "/class/infiniband/semu" + std::to_string(d);
-    ASSERT_EQ(std::system(("mkdir -p " + pci + " " + cls).c_str()), 0);
+    std::filesystem::create_directories(pci);
+    std::filesystem::create_directories(cls);
     std::ofstream(pci + "/numa_node") << numa[d] << "\n";
     ASSERT_EQ(symlink(pci.c_str(), (cls + "/device").c_str()), 0);
   }
@@ -186,14 +193,9 @@ std::string topologyWithNic(const std::string& dir, const std::string& name, con
 // (every line of a rank must agree); one entry per rank's log.
 std::vector<std::string> devicesUsed(const std::string& dir) {
   std::vector<std::string> out;
-  FILE* ls = popen(("ls " + dir + "/net.*.log 2>/dev/null").c_str(), "r");
-  char path[512];
-  while (ls && fgets(path, sizeof(path), ls)) {
-    std::string p(path);
-    p.pop_back();
-    std::ifstream in(p);
+  for (const auto& lines : rankLogs(dir)) {
     std::string used;
-    for (std::string line; std::getline(in, line);) {
+    for (const std::string& line : lines) {
       std::smatch m;
       if (!std::regex_search(line, m, std::regex("uses device \\d+ \\((semu\\d)\\): (.*)"))) continue;
       if (used.empty()) used = m[1];
@@ -201,7 +203,6 @@ std::vector<std::string> devicesUsed(const std::string& dir) {
     }
     out.push_back(used);
   }
-  if (ls) pclose(ls);
   return out;
 }
 
@@ -236,7 +237,7 @@ TEST(IbRails, TheDeviceOnTheRanksNumaNode) {
     auto used = railsOfARun(dir, local == 0 ? 0 : 1, local == 1 ? 0 : 1, "");
     std::string want = "semu" + std::to_string(local);
     EXPECT_EQ(used, std::vector<std::string>(2, want));
-    std::system(("rm -rf " + dir).c_str());
+    std::filesystem::remove_all(dir);
   }
 }
 
@@ -246,11 +247,11 @@ TEST(IbRails, TheTopologysNearestNicByNameOrPciBusId) {
   std::string dir = scratchDir();
   auto used = railsOfARun(dir, 1, 0, topologyWithNic(dir, "semu0", "0000:11:00.0"));
   EXPECT_EQ(used, std::vector<std::string>(2, "semu0"));  // by name (NUMA alone would pick semu1)
-  std::system(("rm -rf " + dir).c_str());
+  std::filesystem::remove_all(dir);
   dir = scratchDir();
   used = railsOfARun(dir, 0, 1, topologyWithNic(dir, "mlx5_7", "0000:5e:00.0"));
   EXPECT_EQ(used, std::vector<std::string>(2, "semu1"));  // by PCI bus id (NUMA alone would pick semu0)
-  std::system(("rm -rf " + dir).c_str());
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 #include <vector>
@@ -170,7 +171,7 @@ TEST(IbDevices, GidTypesFromSysfsWithoutQueryGidEx) {
   ASSERT_NE(mkdtemp(root), nullptr);
   std::string types = std::string(root) + "/class/infiniband/" + ps[0].device + "/ports/1/gid_attrs/types";
   EXPECT_EQ(chooseGidIndex(old, ps[0].ctx, ps[0].device, 1, ps[0].attr, root), 0);  // nothing to read
-  ASSERT_EQ(std::system(("mkdir -p " + types).c_str()), 0);
+  std::filesystem::create_directories(types);
   std::ofstream(types + "/0") << "IB/RoCE v1\n";
   std::ofstream(types + "/1") << "RoCE v2\n";
   EXPECT_EQ(gidTypeFromSysfs(root, ps[0].device, 1, 0), IBV_GID_TYPE_ROCE_V1);
@@ -178,7 +179,7 @@ TEST(IbDevices, GidTypesFromSysfsWithoutQueryGidEx) {
   EXPECT_EQ(gidTypeFromSysfs(root, ps[0].device, 1, 2), -1);
   EXPECT_EQ(chooseGidIndex(old, ps[0].ctx, ps[0].device, 1, ps[0].attr, root), 1);
   EXPECT_EQ(chooseGidIndex(*v, ps[0].ctx, ps[0].device, 1, ps[0].attr, root), 1);  // ibv_query_gid_ex agrees
-  std::system((std::string("rm -rf ") + root).c_str());
+  std::filesystem::remove_all(root);
 }
 
 // A connected pair over the emulator.
