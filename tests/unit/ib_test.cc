@@ -3,6 +3,8 @@
 // data lands in the receiver's own buffer, a steady loop registers nothing, sizes
 // and a peer that goes away fail with named errors.
 #include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -222,6 +224,93 @@ TEST(IbNetwork, OverTheEmulatorMessagesLandInTheReceiversBufferAndNothingRegiste
   EXPECT_EQ(after.fifoWrites - before.fifoWrites, 50u);
   l.net->deregMr(l.send, smh);
   l.net->deregMr(l.recv, rmh);
+}
+
+// A dma-buf as a GPU driver exports device memory: a memfd whose pages this test
+// maps only to check them (the GPU's view); the network is handed the buffer's
+// address, an iova this process never maps, and the fd at an offset.
+struct DmaBuf {
+  static constexpr uint64_t kOffset = 8192;
+  int fd = -1;
+  size_t bytes;
+  char* view = nullptr;  // the pages at kOffset, for the test's own checks
+  void* iova;
+  DmaBuf(size_t n, uint64_t at) : bytes(n), iova(reinterpret_cast<void*>(at)) {
+    fd = memfd_create("strata-test-dmabuf", 0);
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(kOffset + n)) != 0) return;
+    void* m = mmap(nullptr, kOffset + n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m != MAP_FAILED) view = static_cast<char*>(m) + kOffset;
+  }
+  ~DmaBuf() {
+    if (view) munmap(view - kOffset, kOffset + bytes);
+    if (fd >= 0) close(fd);
+  }
+};
+
+// GPUDirect RDMA's path through the network: a receive into a dma-buf registration
+// lands in its pages (written by the emulated NIC through its own mapping of the
+// fd), a flush reads back through a loopback queue pair, a send from one reads
+// them; host registrations need no flush. Device memory itself is simulated by a
+// memfd: no GPU here.
+TEST(IbNetwork, DmaBufRegistrationsReceiveSendAndFlush) {
+  Link l;
+  ASSERT_NE(l.net, nullptr) << "no IB network over " << config().ibverbsLib;
+  int ptr = l.net->properties(0).ptrSupport;
+  EXPECT_EQ(ptr & (net::abi::kPtrCuda | net::abi::kPtrDmabuf), net::abi::kPtrCuda | net::abi::kPtrDmabuf);
+  constexpr size_t kBytes = (1 << 20) + 12;
+  DmaBuf in(kBytes, 0x7e1000000000), out(kBytes, 0x7e2000000000);
+  ASSERT_TRUE(in.view && out.view);
+  std::vector<char> src(kBytes), dst(kBytes);
+  for (size_t i = 0; i < kBytes; ++i) src[i] = static_cast<char>(i * 13 + 5);
+  for (size_t i = 0; i < kBytes; ++i) out.view[i] = static_cast<char>(i * 7 + 3);
+  Counters before = counters();
+  void* rmh = l.net->regMrDmaBuf(l.recv, in.iova, kBytes, net::abi::kPtrCuda, DmaBuf::kOffset, in.fd);
+  void* smh = l.net->regMr(l.send, src.data(), kBytes, net::abi::kPtrHost);
+  void* r = l.net->irecv(l.recv, in.iova, kBytes, 0, rmh);
+  ASSERT_NE(r, nullptr);
+  void* s = l.post(src.data(), kBytes, 0, smh);
+  ASSERT_NE(s, nullptr);
+  size_t got = 0;
+  ASSERT_TRUE(l.wait(r, &got));
+  ASSERT_TRUE(l.wait(s, nullptr));
+  EXPECT_EQ(got, kBytes);
+  void* flush = nullptr;
+  ASSERT_TRUE(l.net->iflush(l.recv, in.iova, kBytes, rmh, &flush));
+  ASSERT_NE(flush, nullptr) << "a receive into device memory needs a flush";
+  ASSERT_TRUE(l.wait(flush, nullptr));
+  EXPECT_TRUE(std::equal(src.begin(), src.end(), in.view));
+  // The other way: a send straight from device memory into a host buffer.
+  void* omh = l.net->regMrDmaBuf(l.send, out.iova, kBytes, net::abi::kPtrCuda, DmaBuf::kOffset, out.fd);
+  void* hmh = l.net->regMr(l.recv, dst.data(), kBytes, net::abi::kPtrHost);
+  r = l.net->irecv(l.recv, dst.data(), kBytes, 0, hmh);
+  s = l.post(out.iova, kBytes, 0, omh);
+  ASSERT_TRUE(r && s);
+  ASSERT_TRUE(l.wait(r, &got));
+  ASSERT_TRUE(l.wait(s, nullptr));
+  EXPECT_TRUE(std::equal(dst.begin(), dst.end(), out.view));
+  ASSERT_TRUE(l.net->iflush(l.recv, dst.data(), kBytes, hmh, &flush));
+  EXPECT_EQ(flush, nullptr) << "host memory needs no flush";
+  Counters after = counters();
+  EXPECT_EQ(after.dmabufRegistrations - before.dmabufRegistrations, 2u);
+  EXPECT_EQ(after.flushes - before.flushes, 1u);
+  for (auto [comm, mh] : {std::pair{l.recv, rmh}, {l.send, smh}, {l.send, omh}, {l.recv, hmh}}) l.net->deregMr(comm, mh);
+}
+
+// A dma-buf the kernel cannot map (not a buffer's fd) is a named error, not a crash.
+TEST(IbNetwork, ADmaBufThatCannotBeMappedIsANamedError) {
+  Link l;
+  ASSERT_NE(l.net, nullptr);
+  int pipeFds[2];
+  ASSERT_EQ(pipe(pipeFds), 0);
+  try {
+    l.net->regMrDmaBuf(l.recv, reinterpret_cast<void*>(0x7e3000000000), 4096, net::abi::kPtrCuda, 0, pipeFds[0]);
+    ADD_FAILURE() << "a pipe registered as a dma-buf";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ncclSystemError);
+    EXPECT_NE(std::string(e.what()).find("ibv_reg_dmabuf_mr"), std::string::npos) << e.what();
+  }
+  close(pipeFds[0]);
+  close(pipeFds[1]);
 }
 
 TEST(IbNetwork, SplitOverQueuePairsReassemblesOddSizes) {

@@ -37,6 +37,15 @@ struct Pd {
 struct Mr {
   ibv_mr mr;
   int access = 0;
+  // A dma-buf registration (ibv_reg_dmabuf_mr): the emulator's own mapping of the
+  // buffer; work requests name it by its iova (mr.addr), never dereferenced.
+  char* host = nullptr;
+  void* mapping = nullptr;
+  size_t mapped = 0;
+  // Where the bytes at address `a` of this region are, for the emulated DMA.
+  char* at(uint64_t a) const {
+    return host ? host + (a - reinterpret_cast<uint64_t>(mr.addr)) : reinterpret_cast<char*>(a);
+  }
 };
 
 struct Cq {

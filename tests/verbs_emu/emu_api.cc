@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -334,15 +335,38 @@ __attribute__((visibility("default"))) int strata_verbs_emu_mr_access(uint32_t l
   return it == state().mrs.end() ? -1 : it->second->access;
 }
 
-__attribute__((visibility("default"))) ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) {
-  errno = EOPNOTSUPP;  // no device memory here
-  return nullptr;
+// A dma-buf's pages, as a GPU driver exports device memory for GPUDirect RDMA: the
+// emulator maps `fd` at `offset` itself (the NIC's view) and takes work requests
+// for [iova, iova + len); the caller's address space never needs the buffer.
+__attribute__((visibility("default"))) ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* pd, uint64_t offset, size_t len,
+                                                                 uint64_t iova, int fd, int access) {
+  bool remote = access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC);
+  if (!pd || fd < 0 || !len || !iova || (remote && !(access & IBV_ACCESS_LOCAL_WRITE))) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE)), lead = offset % page;
+  void* map = mmap(nullptr, lead + len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset - lead));
+  if (map == MAP_FAILED) return nullptr;  // errno from mmap: not a mappable buffer
+  ibv_mr* mr = (ibv_reg_mr)(pd, reinterpret_cast<void*>(iova), len, access);
+  if (!mr) {
+    munmap(map, lead + len);
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lock(state().mu);
+  Mr* m = reinterpret_cast<Mr*>(mr);
+  m->mapping = map;
+  m->mapped = lead + len;
+  m->host = static_cast<char*>(map) + lead;
+  return mr;
 }
 
 __attribute__((visibility("default"))) int ibv_dereg_mr(ibv_mr* mr) {
   std::lock_guard<std::mutex> lock(state().mu);
   if (!state().mrs.erase(mr->lkey)) return EINVAL;
-  delete reinterpret_cast<Mr*>(mr);
+  Mr* m = reinterpret_cast<Mr*>(mr);
+  if (m->mapping) munmap(m->mapping, m->mapped);
+  delete m;
   return 0;
 }
 

@@ -196,8 +196,9 @@ uint64_t hashBytes(const char* p, size_t n) {
 bool sourceChanged(Qp* q, const SendWr& w) {
   std::string now;
   for (const ibv_sge& g : w.sges) {
-    if (!findLocal(q->qp.pd, g.lkey, g.addr, g.length)) return true;  // deregistered in flight
-    now.append(reinterpret_cast<const char*>(g.addr), g.length);
+    Mr* m = findLocal(q->qp.pd, g.lkey, g.addr, g.length);
+    if (!m) return true;  // deregistered in flight
+    now.append(m->at(g.addr), g.length);
   }
   return hashBytes(now.data(), now.size()) != w.sourceHash;
 }
@@ -245,11 +246,12 @@ bool transmit(Qp* q) {
     if (w.op != IBV_WR_RDMA_READ) {
       if (w.isInline) payload = w.inlined;
       for (const ibv_sge& g : w.sges) {
-        if (!findLocal(q->qp.pd, g.lkey, g.addr, g.length)) {
+        Mr* m = findLocal(q->qp.pd, g.lkey, g.addr, g.length);
+        if (!m) {
           failFront(q, IBV_WC_LOC_PROT_ERR);
           return false;
         }
-        payload.append(reinterpret_cast<const char*>(g.addr), g.length);
+        payload.append(m->at(g.addr), g.length);
       }
     }
     if (!w.isInline) w.sourceHash = hashBytes(payload.data(), payload.size());
@@ -267,7 +269,7 @@ ibv_wc_status landRead(Qp* q, const SendWr& w, const char* data, uint32_t len) {
     Mr* m = findLocal(q->qp.pd, g.lkey, g.addr, g.length);
     if (!m || !(m->access & IBV_ACCESS_LOCAL_WRITE)) return IBV_WC_LOC_PROT_ERR;
     uint32_t n = std::min(len, g.length);
-    memcpy(reinterpret_cast<char*>(g.addr), data, n);
+    memcpy(m->at(g.addr), data, n);
     data += n;
     len -= n;
   }
@@ -370,7 +372,7 @@ ibv_wc_status scatter(Qp* q, const RecvWr& rw, const char* data, uint32_t len) {
     Mr* m = findLocal(q->qp.pd, g.lkey, g.addr, g.length);
     if (!m || !(m->access & IBV_ACCESS_LOCAL_WRITE)) return IBV_WC_LOC_PROT_ERR;
     uint32_t n = std::min(len, g.length);
-    landAscending(reinterpret_cast<char*>(g.addr), data, n);
+    landAscending(m->at(g.addr), data, n);
     data += n;
     len -= n;
   }
@@ -382,14 +384,18 @@ bool applyOne(Responder& r, Qp* q, const Request& req, const char* payload) {
   auto op = static_cast<ibv_wr_opcode>(req.op);
   bool write = op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
   bool needsRecv = op != IBV_WR_RDMA_WRITE && op != IBV_WR_RDMA_READ;
-  if (write && !((q->access & IBV_ACCESS_REMOTE_WRITE) && findRemote(q->qp.pd, req.rkey, req.addr, req.len,
-                                                                      IBV_ACCESS_REMOTE_WRITE))) {
+  Mr* target = nullptr;
+  if (write && !((q->access & IBV_ACCESS_REMOTE_WRITE) &&
+                 (target = findRemote(q->qp.pd, req.rkey, req.addr, req.len, IBV_ACCESS_REMOTE_WRITE)))) {
     respond(r, IBV_WC_REM_ACCESS_ERR);
     return true;
   }
   if (op == IBV_WR_RDMA_READ) {
-    if ((q->access & IBV_ACCESS_REMOTE_READ) && findRemote(q->qp.pd, req.rkey, req.addr, req.len, IBV_ACCESS_REMOTE_READ))
-      respond(r, IBV_WC_SUCCESS, reinterpret_cast<const char*>(req.addr), req.len);
+    Mr* m = (q->access & IBV_ACCESS_REMOTE_READ)
+                ? findRemote(q->qp.pd, req.rkey, req.addr, req.len, IBV_ACCESS_REMOTE_READ)
+                : nullptr;
+    if (m)
+      respond(r, IBV_WC_SUCCESS, m->at(req.addr), req.len);
     else
       respond(r, IBV_WC_REM_ACCESS_ERR);
     return true;
@@ -404,7 +410,7 @@ bool applyOne(Responder& r, Qp* q, const Request& req, const char* payload) {
     return true;
   }
   r.rnrSince = 0;
-  if (write) landAscending(reinterpret_cast<char*>(req.addr), payload, req.len);
+  if (write) landAscending(target->at(req.addr), payload, req.len);
   if (!needsRecv) {
     respond(r, IBV_WC_SUCCESS);
     return true;

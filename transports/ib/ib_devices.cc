@@ -1,6 +1,7 @@
 #include "transports/ib/ib_devices.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -38,6 +39,20 @@ bool relaxedOrdering(const Verbs& v) {
                   "IBVERBS_1.8): registering without relaxed ordering", v.file.c_str());
     });
   return false;
+}
+
+// As NCCL probes it: a registration of no buffer (fd -1) fails with EOPNOTSUPP or
+// EPROTONOSUPPORT where the kernel or driver has no dma-buf support, and with another
+// error (EBADF, EINVAL) where it has.
+bool dmabufSupported(const Verbs& v, ibv_pd* pd) {
+  if (!v.regDmabufMr) return false;
+  errno = 0;
+  ibv_mr* mr = v.regDmabufMr(pd, 0, 0, 0, -1, 0);
+  if (mr) {
+    v.deregMr(mr);
+    return true;
+  }
+  return errno != EOPNOTSUPP && errno != EPROTONOSUPPORT;
 }
 
 // The device's PCI function in sysfs (<ibdev_path>/device, resolved), "" when unknown.
@@ -100,11 +115,12 @@ void openDevice(const Verbs& v, ibv_device* dev, const HcaFilter& filter, std::v
     if (v.queryGid(ctx, static_cast<uint8_t>(p), port.gidIndex, &port.gid) != 0) continue;
     port.rateMbps = portRateMbps(pa.active_speed, pa.active_width);
     port.relaxedOrdering = ro;
+    port.dmabuf = dmabufSupported(v, pd);
     port.guid = da.node_guid;
     port.mrs = mrs;
-    STRATA_INFO(kSubsysNet, -1, "IB: using %s:%d (%s, %d Mbit/s, GID index %d, MTU %d%s)", name.c_str(), p,
+    STRATA_INFO(kSubsysNet, -1, "IB: using %s:%d (%s, %d Mbit/s, GID index %d, MTU %d%s%s)", name.c_str(), p,
                 port.roce ? "RoCE" : "InfiniBand", port.rateMbps, port.gidIndex, 128 << pa.active_mtu,
-                ro ? ", relaxed ordering" : "");
+                ro ? ", relaxed ordering" : "", port.dmabuf ? ", dma-buf (GPUDirect RDMA)" : "");
     out->push_back(std::move(port));
   }
   // A device with no port in use stays open: closing needs its PD gone, and it is one per process.

@@ -26,6 +26,7 @@ struct Port {
   ibv_gid gid{};
   int rateMbps = 0;
   bool relaxedOrdering = false;
+  bool dmabuf = false;  // ibv_reg_dmabuf_mr works here (the library has it and the kernel supports dma-buf)
   uint64_t guid = 0;
   std::shared_ptr<MrCache> mrs;  // the device's, shared by its ports
 };

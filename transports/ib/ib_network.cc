@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <strings.h>
 
@@ -27,7 +28,7 @@
 namespace strata::transport::ib {
 namespace {
 
-constexpr uint64_t kSendTag = 1ull << 56, kRecvTag = 2ull << 56, kFifoTag = 3ull << 56;
+constexpr uint64_t kSendTag = 1ull << 56, kRecvTag = 2ull << 56, kFifoTag = 3ull << 56, kFlushTag = 4ull << 56;
 constexpr double kSetupSec = 30;
 
 struct Handle {
@@ -40,6 +41,7 @@ static_assert(sizeof(Handle) <= net::kHandleBytes, "IB handle");
 
 struct Totals {
   std::atomic<uint64_t> messagesSent{0}, bytesSent{0}, dataWrites{0}, fifoWrites{0}, messagesReceived{0};
+  std::atomic<uint64_t> dmabufRegistrations{0}, flushes{0};
 } gTotals;
 
 bool readable(int fd) {
@@ -165,6 +167,27 @@ struct RecvComm final : Comm {
   uint64_t posted = 0;
   uint64_t fifoAddr = 0;
   uint32_t fifoRkey = 0;
+  // GPUDirect flushes: a queue pair connected to itself reads from each device
+  // buffer that received data, so that the NIC's earlier writes to it are done (as
+  // NCCL does); made at the first flush.
+  QpSet flushQp;
+  ibv_mr* flushMr = nullptr;
+  uint32_t flushWord = 0;
+  Request flushReq;
+  ~RecvComm() override {
+    flushQp.destroy();
+    if (flushMr) verbs()->deregMr(flushMr);
+  }
+  void pollFlush() {
+    ibv_wc wc{};
+    int n = ibv_poll_cq(flushQp.cq, 1, &wc);
+    if (n < 0) setFailed(ncclSystemError, "IB: ibv_poll_cq failed on the flush queue pair");
+    if (n <= 0) return;
+    if (wc.status != IBV_WC_SUCCESS)
+      setFailed(ncclSystemError, format("IB: a GPUDirect flush on %s failed: %s", flushQp.where(0).c_str(),
+                                        verbs()->wcStatusStr(wc.status)));
+    flushReq.pending = 0;
+  }
 };
 
 struct ListenComm {
@@ -192,7 +215,7 @@ class IbNetwork final : public net::Network {
     d.name = p.device;
     d.pciPath = p.pciPath;
     d.guid = p.guid;
-    d.ptrSupport = net::abi::kPtrHost;
+    d.ptrSupport = net::abi::kPtrHost | (p.dmabuf ? net::abi::kPtrCuda | net::abi::kPtrDmabuf : 0);
     d.speedMbps = p.rateMbps;
     d.port = p.port;
     d.maxComms = 65536;
@@ -281,11 +304,68 @@ class IbNetwork final : public net::Network {
 
   void* regMr(void* comm, void* data, size_t bytes, int ptrType) override {
     STRATA_REQUIRE(ptrType == net::abi::kPtrHost, ncclInvalidUsage,
-                   "IB: registering device memory (GPUDirect RDMA) is not implemented in Strata's IB network; device "
-                   "buffers go through host memory");
+                   "IB: device memory registers through regMrDmaBuf (its dma-buf), not as a CUDA pointer "
+                   "(nvidia-peermem's path, which Strata does not use)");
     return static_cast<Comm*>(comm)->q.port->mrs->acquire(data, bytes);
   }
-  void deregMr(void* comm, void* mhandle) override { static_cast<Comm*>(comm)->q.port->mrs->release(mhandle); }
+  // GPUDirect RDMA: the NIC reaches the buffer through its dma-buf; work requests name
+  // it by `data` (the iova). Not cached: the exporter's fd and offset identify it.
+  void* regMrDmaBuf(void* comm, void* data, size_t bytes, int ptrType, uint64_t offset, int fd) override {
+    const Port& p = *static_cast<Comm*>(comm)->q.port;
+    STRATA_REQUIRE(verbs()->regDmabufMr, ncclInvalidUsage, "IB: %s has no ibv_reg_dmabuf_mr (rdma-core before v34)",
+                   verbs()->file.c_str());
+    int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    ibv_mr* mr = verbs()->regDmabufMr(p.pd, offset, bytes, reinterpret_cast<uint64_t>(data), fd, access);
+    if (!mr)
+      fail(ncclSystemError, "IB: ibv_reg_dmabuf_mr of %zu bytes (%s memory, fd %d) on %s failed: %s", bytes,
+           ptrType == net::abi::kPtrCuda ? "device" : "host", fd, p.device.c_str(), strerror(errno));
+    std::lock_guard<std::mutex> lock(dmabufMu_);
+    dmabufMrs_.insert(mr);
+    gTotals.dmabufRegistrations.fetch_add(1, std::memory_order_relaxed);
+    return mr;
+  }
+  void deregMr(void* comm, void* mhandle) override {
+    {
+      std::lock_guard<std::mutex> lock(dmabufMu_);
+      if (dmabufMrs_.erase(static_cast<ibv_mr*>(mhandle))) {
+        verbs()->deregMr(static_cast<ibv_mr*>(mhandle));
+        return;
+      }
+    }
+    static_cast<Comm*>(comm)->q.port->mrs->release(mhandle);
+  }
+  // A receive into a dma-buf registration (device memory) reads one word back
+  // through a loopback queue pair: the read completes after the NIC's writes.
+  bool iflush(void* recvComm, void* data, size_t bytes, void* mhandle, void** request) override {
+    auto* c = static_cast<RecvComm*>(recvComm);
+    *request = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(dmabufMu_);
+      if (bytes == 0 || !dmabufMrs_.count(static_cast<ibv_mr*>(mhandle))) return true;  // host memory: nothing to do
+    }
+    c->throwIfFailed();
+    if (c->flushReq.pending) return false;  // one flush at a time per connection
+    if (!c->flushMr) openFlush(c);
+    ibv_sge sge{reinterpret_cast<uint64_t>(&c->flushWord), sizeof(c->flushWord), c->flushMr->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = kFlushTag;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_READ;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(data);
+    wr.wr.rdma.rkey = static_cast<ibv_mr*>(mhandle)->rkey;
+    ibv_send_wr* bad = nullptr;
+    int rc = ibv_post_send(c->flushQp.qps[0], &wr, &bad);
+    if (rc) fail(ncclSystemError, "IB: posting a GPUDirect flush on %s failed: %s", c->flushQp.where(0).c_str(),
+                 strerror(rc));
+    c->flushReq.kind = 3;
+    c->flushReq.pending = 1;
+    c->flushReq.bytes = 0;
+    gTotals.flushes.fetch_add(1, std::memory_order_relaxed);
+    *request = &c->flushReq;
+    return true;
+  }
   bool sendSeesReceive() const override { return true; }  // the FIFO entry carries the receive's size
   bool wireCounters(net::WireCounters* out) override {
     Counters n = counters();
@@ -392,6 +472,18 @@ class IbNetwork final : public net::Network {
   bool test(void* request, size_t* bytes) override {
     auto* r = static_cast<Request*>(request);
     Comm* c = r->comm;
+    if (r->kind == 3) {  // a flush (RecvComm::flushReq)
+      auto* rc = static_cast<RecvComm*>(c);
+      if (r->pending) rc->pollFlush();
+      if (r->pending) {
+        rc->throwIfFailed();
+        return false;
+      }
+      r->kind = 0;
+      if (bytes) *bytes = 0;
+      rc->throwIfFailed();
+      return true;
+    }
     if (r->pending > 0) c->poll();
     if (r->pending > 0 && c->peerGone()) {
       c->poll();
@@ -420,6 +512,17 @@ class IbNetwork final : public net::Network {
   }
 
  private:
+  // The loopback queue pair and the word its flush reads land in.
+  static void openFlush(RecvComm* c) {
+    c->flushReq.comm = c;
+    c->flushQp.create(*c->q.port, 1);
+    WireInfo self{};
+    c->flushQp.describe(&self);
+    fillIdentity(&self);
+    c->flushQp.connectTo(self);
+    c->flushMr = verbs()->regMr(c->q.port->pd, &c->flushWord, sizeof(c->flushWord), IBV_ACCESS_LOCAL_WRITE);
+    if (!c->flushMr) fail(ncclSystemError, "IB: registering the flush word failed: %s", strerror(errno));
+  }
   // Once the TCP connect is up: the queue pairs, the FIFO and this end's info; false while connecting.
   bool sendInfo(SendComm* c, int dev, const Handle* h) {
     if (!connectFinished(c->fd, h->addr)) {  // throws "connect to ADDR failed: ..." (refused: its process is gone)
@@ -488,6 +591,8 @@ class IbNetwork final : public net::Network {
   }
 
   std::string name_ = "IB";
+  std::mutex dmabufMu_;
+  std::set<ibv_mr*> dmabufMrs_;  // registrations of dma-bufs (device memory), outside the cache
 };
 
 }  // namespace
@@ -508,6 +613,8 @@ Counters counters() {
   c.dataWrites = gTotals.dataWrites.load();
   c.fifoWrites = gTotals.fifoWrites.load();
   c.messagesReceived = gTotals.messagesReceived.load();
+  c.dmabufRegistrations = gTotals.dmabufRegistrations.load();
+  c.flushes = gTotals.flushes.load();
   std::set<MrCache*> seen;  // one cache per device, shared by its ports
   for (const Port& p : ports()) {
     if (!seen.insert(p.mrs.get()).second) continue;

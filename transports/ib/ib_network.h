@@ -29,6 +29,7 @@ net::Network* ibNetwork();
 struct Counters {
   uint64_t messagesSent = 0, bytesSent = 0, dataWrites = 0, fifoWrites = 0, messagesReceived = 0;
   uint64_t registrations = 0, registrationHits = 0;
+  uint64_t dmabufRegistrations = 0, flushes = 0;  // GPUDirect: dma-buf registrations, flush reads
 };
 Counters counters();
 

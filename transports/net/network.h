@@ -57,12 +57,25 @@ class Network {
   // Receiver: null until the sender has connected (call again).
   virtual void* accept(void* listenComm) = 0;
   virtual void* regMr(void* comm, void* data, size_t bytes, int ptrType) = 0;
+  // [data, data + bytes) given as a dma-buf (`fd` at `offset`: how a GPU driver exports
+  // device memory), for networks whose ptrSupport has NCCL_PTR_DMABUF; the others
+  // refuse with ncclInvalidUsage. The caller keeps `fd` open until deregMr.
+  virtual void* regMrDmaBuf(void* comm, void* data, size_t bytes, int ptrType, uint64_t offset, int fd);
   virtual void deregMr(void* comm, void* mhandle) = 0;
   // Null when the network cannot take it now (call again).
   virtual void* isend(void* sendComm, void* data, size_t bytes, int tag, void* mhandle) = 0;
   virtual void* irecv(void* recvComm, void* data, size_t bytes, int tag, void* mhandle) = 0;
   // True once done (the request is then freed); *bytes gets the size moved.
   virtual bool test(void* request, size_t* bytes) = 0;
+  // After a receive into device memory completed: makes its bytes visible to the GPU
+  // (GPUDirect RDMA writes may still be in the PCIe fabric). False when the network
+  // cannot take it now (call again); *request null when there is nothing to wait for,
+  // else one to test(). Networks that write host memory only need none.
+  virtual bool iflush(void* recvComm, void* data, size_t bytes, void* mhandle, void** request) {
+    (void)recvComm, (void)data, (void)bytes, (void)mhandle;
+    *request = nullptr;
+    return true;
+  }
   virtual void closeSend(void* comm) = 0;
   virtual void closeRecv(void* comm) = 0;
   virtual void closeListen(void* comm) = 0;

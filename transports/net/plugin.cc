@@ -120,6 +120,20 @@ class PluginNet final : public Network {
     return mh;
   }
   void deregMr(void* comm, void* mhandle) override { check(t_.v8.deregMr(comm, mhandle), "deregMr"); }
+  void* regMrDmaBuf(void* comm, void* data, size_t bytes, int ptrType, uint64_t offset, int fd) override {
+    STRATA_REQUIRE(t_.v8.regMrDmaBuf, ncclInvalidUsage, "net plugin %s has no regMrDmaBuf", name_.c_str());
+    void* mh = nullptr;
+    check(t_.v8.regMrDmaBuf(comm, data, bytes, ptrType, offset, fd, &mh), "regMrDmaBuf");
+    return mh;
+  }
+  bool iflush(void* comm, void* data, size_t bytes, void* mh, void** request) override {
+    *request = nullptr;
+    if (!t_.v8.iflush) return true;
+    STRATA_REQUIRE(bytes <= INT32_MAX, ncclInternalError, "net plugin: a flush of %zu bytes", bytes);
+    int size = static_cast<int>(bytes);
+    check(t_.v8.iflush(comm, 1, &data, &size, &mh, request), "iflush");
+    return true;
+  }
 
   void* isend(void* comm, void* data, size_t bytes, int tag, void* mh) override {
     void* req = nullptr;
