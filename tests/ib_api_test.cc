@@ -27,12 +27,13 @@ std::string scratchDir() {
   return dir;
 }
 
-// Ranks as processes, rank k on fake node k, over IB on the emulator; each logs
-// NET lines to dir/net.<pid>.log. `extraEnv` runs in each rank before anything.
+// Ranks as processes, rank k on fake node k % nodes (default: one rank a node), over
+// IB on the emulator; each logs NET lines to dir/net.<pid>.log. `extraEnv` runs in
+// each rank before anything.
 std::vector<RankResult> onFakeNodes(int nranks, const std::string& dir, const RankFn& fn,
-                                    const std::function<void(int)>& extraEnv = {}) {
-  return runRanks(Mode::kProcesses, nranks, fn, 120, [dir, extraEnv](int rank) {
-    setenv("NCCL_HOSTID", ("ib-api-node" + std::to_string(rank)).c_str(), 1);
+                                    const std::function<void(int)>& extraEnv = {}, int nodes = 0) {
+  return runRanks(Mode::kProcesses, nranks, fn, 120, [dir, extraEnv, nodes, nranks](int rank) {
+    setenv("NCCL_HOSTID", ("ib-api-node" + std::to_string(rank % (nodes ? nodes : nranks))).c_str(), 1);
     setenv("NCCL_SOCKET_IFNAME", "lo", 1);
     setenv("STRATA_IBVERBS_LIB", STRATA_VERBS_EMU_PATH, 1);
     setenv("NCCL_NET", "IB", 1);
@@ -252,6 +253,68 @@ TEST(IbRails, TheTopologysNearestNicByNameOrPciBusId) {
   used = railsOfARun(dir, 0, 1, topologyWithNic(dir, "mlx5_7", "0000:5e:00.0"));
   EXPECT_EQ(used, std::vector<std::string>(2, "semu1"));  // by PCI bus id (NUMA alone would pick semu0)
   std::filesystem::remove_all(dir);
+}
+
+// The tuner's choices ("TUNING" lines: collective, size, algorithm, protocol, the
+// estimate) each rank logged, in order.
+std::vector<std::string> choicesOf(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& lines : rankLogs(dir))
+    for (const std::string& line : lines) {
+      size_t at = line.find("NCCL INFO ");
+      std::smatch m;
+      std::string tail = at == std::string::npos ? "" : line.substr(at + 10);
+      if (std::regex_search(tail, m, std::regex("^(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce) .*")))
+        out.push_back(line.substr(line.find('['), 5) + tail);  // "[r] " and the line
+    }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Every collective at sizes from 8 B to 512 KiB (x16) on `nodes` x `perNode` ranks over
+// `net` (NCCL_NET), the network's rate pinned; returns the choices logged.
+std::vector<std::string> choicesOver(const char* net, int nodes, int perNode) {
+  std::string dir = scratchDir();
+  auto results = onFakeNodes(
+      nodes * perNode, dir,
+      [](int rank, int n, const ncclUniqueId& id) -> std::string {
+        ncclComm_t comm;
+        RANK_NCCL(ncclCommInitRank(&comm, n, id, rank));
+        std::vector<float> in((4u << 20) / 4 * n, 1.0f), out(in.size());
+        for (size_t bytes = 8; bytes <= (4u << 20); bytes *= 16) {
+          size_t count = bytes / 4;
+          RANK_NCCL(ncclAllReduce(in.data(), out.data(), count, ncclFloat, ncclSum, comm, nullptr));
+          if (out[0] != static_cast<float>(n)) return "wrong all-reduce";
+          RANK_NCCL(ncclAllGather(in.data(), out.data(), count, ncclFloat, comm, nullptr));
+          RANK_NCCL(ncclReduceScatter(in.data(), out.data(), count, ncclFloat, ncclSum, comm, nullptr));
+          if (out[0] != static_cast<float>(n)) return "wrong reduce-scatter";
+          RANK_NCCL(ncclBroadcast(in.data(), out.data(), count, ncclFloat, 0, comm, nullptr));
+          RANK_NCCL(ncclReduce(in.data(), out.data(), count, ncclFloat, ncclSum, 0, comm, nullptr));
+        }
+        ncclCommDestroy(comm);
+        return "";
+      },
+      [net](int) {
+        setenv("NCCL_NET", net, 1);
+        setenv("NCCL_DEBUG_SUBSYS", "TUNING", 1);
+        setenv("STRATA_NET_GBPS", "12.5", 1);
+      },
+      nodes);
+  EXPECT_EQ(failures(results), "") << net;
+  auto choices = choicesOf(dir);
+  std::filesystem::remove_all(dir);
+  return choices;
+}
+
+// For the same link rate, the tuner makes the same choices over IB as over TCP
+// (2 nodes x 2 ranks and 4 x 2): what it knows of a network is its rate.
+TEST(IbChoices, TheSameAsOverTcpForTheSameLinkRate) {
+  for (auto [nodes, perNode] : {std::pair{2, 2}, {4, 2}}) {
+    SCOPED_TRACE(std::to_string(nodes) + "x" + std::to_string(perNode));
+    auto ib = choicesOver("IB", nodes, perNode), tcp = choicesOver("Socket", nodes, perNode);
+    EXPECT_EQ(ib.size(), static_cast<size_t>(nodes * perNode * 5 * 5));  // every rank, collective and size (8 B..512 KiB)
+    EXPECT_EQ(ib, tcp);
+  }
 }
 
 }  // namespace
