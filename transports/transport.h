@@ -38,6 +38,7 @@ enum Capability : uint32_t {
   kDeviceMemory = 1u << 3,
   kNeedsPolling = 1u << 4,
   kGet = 1u << 5,
+  kDevicePut = 1u << 6,  // kPut from and into device memory too (GPUDirect RDMA)
 };
 
 // A range of this rank's memory registered with a transport, so that peers may
@@ -184,6 +185,7 @@ struct Activity {
   // entries, and registrations new with the NIC versus found in its cache.
   bool wire = false;
   uint64_t dataWrites = 0, fifoWrites = 0, nicRegistrations = 0, cacheHits = 0;
+  uint64_t dmabufRegistrations = 0, flushes = 0;  // GPUDirect RDMA: device memory registered, flush reads
 
   Activity since(const Activity& before) const;  // the change from `before`
   bool any() const { return messages || puts || registrations || dataWrites || fifoWrites; }

@@ -70,6 +70,26 @@ NodeSummary parseSummary(const std::string& s, int from) {
   return n;
 }
 
+// GPUDirect RDMA for a rank whose GPU is `gpu` and NIC `nic` in the topology: when the
+// path between them is no worse than NCCL_NET_GDR_LEVEL (default PXB, as NCCL's); where
+// the topology places either one not at all, the distance is unknown and it is allowed.
+bool gdrAllowed(const topology::System& sys, int gpu, int nic, int rank) {
+  topology::PathType level = topology::PathType::kPxb;
+  const std::string& want = config().netGdrLevel;
+  if (!want.empty() && !topology::parsePathType(want, &level))
+    STRATA_WARN(rank, "NCCL_NET_GDR_LEVEL=%s is not a path type (LOC, PIX, PXB, PHB, SYS or 0-5): PXB", want.c_str());
+  if (nic < 0 || sys.node(gpu).type != topology::NodeType::kGpu) {
+    STRATA_INFO(kSubsysNet, rank, "GPUDirect RDMA: the topology does not place this rank's GPU and NIC; allowed");
+    return true;
+  }
+  topology::PathType path = sys.path(gpu, nic).type;
+  bool ok = path <= level;
+  STRATA_INFO(kSubsysNet, rank, "GPUDirect RDMA %s: %s to %s is %s (NCCL_NET_GDR_LEVEL %s)", ok ? "allowed" : "off",
+              sys.label(gpu).c_str(), sys.label(nic).c_str(), topology::pathTypeName(path),
+              topology::pathTypeName(level));
+  return ok;
+}
+
 }  // namespace
 
 PeerInfo Communicator::describeSelf(int rank, const CommOptions& opts, std::shared_ptr<Doorbell>* bell) {
@@ -92,11 +112,13 @@ PeerInfo Communicator::describeSelf(int rank, const CommOptions& opts, std::shar
   // the network device its connections use. Equally near ones go to consecutive ranks.
   int near = topology::rankDevices(topo->sys, {self.busId}, {self.numaNode}).front();
   std::vector<int> nics = topology::nearestNets(topo->sys, near);
-  if (!nics.empty()) {
-    topology::RailId id = topology::railIdentity(topo->sys, nics[rank % nics.size()]);
+  int nic = nics.empty() ? -1 : nics[rank % nics.size()];
+  if (nic >= 0) {
+    topology::RailId id = topology::railIdentity(topo->sys, nic);
     copyString(self.railName, sizeof(self.railName), id.name);
     copyString(self.railBusId, sizeof(self.railBusId), id.busId);
   }
+  self.gdr = self.device >= 0 && gdrAllowed(topo->sys, near, nic, rank);
   std::vector<int> rails = topo->fromFile ? topology::nearestNets(topo->sys, cpu) : std::vector<int>{};
   if (config().netGBps > 0) {
     self.netGBps = config().netGBps;

@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "core/device_proxy.h"
 #include "core/post_office.h"
+#include "transports/transport.h"
 
 namespace strata::core {
 
@@ -23,6 +24,17 @@ algorithms::TuneRequest Communicator::tuneRequest(Collective coll, size_t bytes,
 bool Communicator::deviceCapable(Collective coll, size_t bytes) {
   algorithms::Choice c;
   return algorithms::tryChoose(tuneRequest(coll, bytes, true), config().algo, config().proto, &c);
+}
+
+bool Communicator::devicePuts(int peer, size_t bytes) const {
+  size_t least = config().putBytes;
+  if (!peers_[rank()].gdr) return false;  // its GPU is too far from its NIC (NCCL_NET_GDR_LEVEL), or none
+  if (peer < 0 || peer >= nranks() || peer == rank() || least == 0 || bytes < least) return false;
+  try {
+    return transport::selectTransport(peers_[rank()], peers_[peer], transport::kPut).has(transport::kDevicePut);
+  } catch (const Error&) {
+    return false;  // no transport with puts links them
+  }
 }
 
 algorithms::Choice Communicator::choose(Collective coll, size_t bytes, bool device) {

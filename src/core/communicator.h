@@ -97,6 +97,11 @@ class Communicator {
   // True when an algorithm can run this collective on device buffers (else the
   // device proxy stages them through host memory).
   bool deviceCapable(Collective coll, size_t bytes);
+  // True when a point-to-point transfer of `bytes` with `peer` moves as one put that
+  // the transport makes straight from and into device memory (GPUDirect RDMA): the
+  // peer is reached over a network whose puts take device memory (kDevicePut), and
+  // the size is one the point-to-point plan sends as a put (STRATA_PUT_BYTES).
+  bool devicePuts(int peer, size_t bytes) const;
 
   // The device proxy: operations on device buffers, ordered on the caller's stream.
   DeviceProxy& deviceProxy();

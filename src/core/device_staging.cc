@@ -106,15 +106,21 @@ std::vector<PartCopies> chunk(DeviceJob& job, const PartCopies& whole) {
   return parts;
 }
 
-// GPU to GPU when the group is one communicator on one stream and an algorithm
-// works on device memory for every operation (the tuner says, NCCL_ALGO included).
+// One operation the proxy can run on its device buffers themselves: a collective an
+// algorithm runs on device memory (the tuner says, NCCL_ALGO included), or a send or
+// receive that moves as one GPUDirect RDMA put straight from or into the buffer.
+bool directOp(ncclComm* h, const OpDesc& op) {
+  Communicator& c = *h->impl;
+  size_t bytes = opBytes(op, c.nranks());
+  if (op.kind == OpKind::kSend) return device::isDevicePointer(op.sendbuff) && c.devicePuts(op.root, bytes);
+  if (op.kind == OpKind::kRecv) return device::isDevicePointer(op.recvbuff) && c.devicePuts(op.root, bytes);
+  return device::isDevicePointer(op.sendbuff) && device::isDevicePointer(op.recvbuff) && c.deviceCapable(op.coll, bytes);
+}
+
+// Without staging when the group is one communicator on one stream and every operation is direct.
 bool direct(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
-  for (auto& [h, op] : ops) {
-    if (h != ops.front().first || op.stream != ops.front().second.stream || op.kind != OpKind::kCollective)
-      return false;
-    if (!device::isDevicePointer(op.sendbuff) || !device::isDevicePointer(op.recvbuff)) return false;
-    if (!h->impl->deviceCapable(op.coll, opBytes(op, h->impl->nranks()))) return false;
-  }
+  for (auto& [h, op] : ops)
+    if (h != ops.front().first || op.stream != ops.front().second.stream || !directOp(h, op)) return false;
   return true;
 }
 

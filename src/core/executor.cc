@@ -50,7 +50,10 @@ void Executor::add(Communicator& comm, const OpDesc& op) {
   c.root = op.root;
   if (reduces(op)) c.op = comm.redops().opFor(op);
   c.bytes = opBytes(op, comm.nranks());
-  bool device = deviceStream_ && (device::isDevicePointer(op.sendbuff) || device::isDevicePointer(op.recvbuff));
+  // Device-memory algorithms for collectives; a send or receive on device memory is
+  // point-to-point work as on host memory, its data moved by GPUDirect RDMA puts.
+  bool device = deviceStream_ && c.kind == algorithms::CollectiveOp::Kind::kCollective &&
+                (device::isDevicePointer(op.sendbuff) || device::isDevicePointer(op.recvbuff));
   // The tuner's choice; throws when NCCL_ALGO / NCCL_PROTO exclude every candidate.
   algorithms::Choice choice = comm.choose(c.coll, c.bytes, device);
   choice.algorithm->plan(plan, c, choice.proto);

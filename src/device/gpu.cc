@@ -103,6 +103,9 @@ void* ipcAlloc(size_t bytes, std::string* handle) { return backend().ipcAlloc(by
 void ipcFree(void* p) { backend().ipcFree(p); }
 void* ipcOpen(const std::string& handle, std::string* why) { return backend().ipcOpen(handle, why); }
 void ipcClose(void* p) { backend().ipcClose(p); }
+bool exportDmabuf(const void* p, size_t bytes, int* fd, uint64_t* offset, std::string* why) {
+  return backend().exportDmabuf(p, bytes, fd, offset, why);
+}
 std::string gpuBusId(int device) { return device < 0 ? "" : backend().busId(device); }
 
 }  // namespace strata::device

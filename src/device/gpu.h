@@ -71,6 +71,11 @@ void ipcFree(void* p);
 // Maps a peer's allocation (peer access enabled as needed); null with *why on failure.
 void* ipcOpen(const std::string& handle, std::string* why);
 void ipcClose(void* p);
+// GPUDirect RDMA: the dma-buf of the device memory holding [p, p + bytes), for a NIC
+// to register (ibv_reg_dmabuf_mr): *fd (the caller closes it) and the offset of p
+// in it. False with *why where the driver (or the simulation) cannot export it.
+bool exportDmabuf(const void* p, size_t bytes, int* fd, uint64_t* offset, std::string* why);
+
 // The PCI bus id of a device ("0000:07:00.0"), as NVML and the topology name it.
 std::string gpuBusId(int device);
 

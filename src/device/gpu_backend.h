@@ -44,6 +44,11 @@ class GpuBackend {
   virtual void* ipcOpen(const std::string& handle, std::string* why) = 0;
   virtual void ipcClose(void* p) = 0;
   virtual std::string busId(int device) = 0;
+  virtual bool exportDmabuf(const void* p, size_t bytes, int* fd, uint64_t* offset, std::string* why) {
+    (void)p, (void)bytes, (void)fd, (void)offset;
+    *why = "no GPU to export device memory from";
+    return false;
+  }
 };
 
 // The CUDA backend, or null in a build without CUDA.

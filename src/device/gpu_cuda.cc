@@ -1,6 +1,8 @@
 // The CUDA backend (linked statically, so the library loads on machines without
 // the toolkit; the driver is looked up at first use).
+#include <cuda.h>
 #include <cuda_runtime.h>
+#include <unistd.h>
 
 #include <cctype>
 #include <cstring>
@@ -156,6 +158,39 @@ class CudaGpus final : public GpuBackend {
     for (char& c : s) c = static_cast<char>(tolower(static_cast<unsigned char>(c)));
     size_t colon = s.find(':');
     return colon != std::string::npos && colon > 4 ? s.substr(colon - 4) : s;
+  }
+
+  // cuMemGetHandleForAddressRange (CUDA 11.7+, through the runtime's entry point: the
+  // runtime is linked statically, the driver API is not) on the pages around the range.
+  bool exportDmabuf(const void* p, size_t bytes, int* fd, uint64_t* offset, std::string* why) override {
+    using Fn = CUresult (*)(void*, CUdeviceptr, size_t, CUmemRangeHandleType, unsigned long long);
+    static Fn fn = [] {
+      void* f = nullptr;
+      cudaDriverEntryPointQueryResult q{};
+      if (cudaGetDriverEntryPointByVersion("cuMemGetHandleForAddressRange", &f, 12000, cudaEnableDefault, &q) !=
+              cudaSuccess ||
+          q != cudaDriverEntryPointSuccess) {
+        cudaGetLastError();
+        return static_cast<Fn>(nullptr);
+      }
+      return reinterpret_cast<Fn>(f);
+    }();
+    if (!fn) {
+      *why = "the CUDA driver has no cuMemGetHandleForAddressRange (before 11.7)";
+      return false;
+    }
+    uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE)), a = reinterpret_cast<uintptr_t>(p);
+    uintptr_t base = a & ~(page - 1), end = (a + bytes + page - 1) & ~(page - 1);
+    int out = -1;
+    CUresult r = fn(&out, static_cast<CUdeviceptr>(base), end - base, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+    if (r != CUDA_SUCCESS) {
+      *why = "cuMemGetHandleForAddressRange failed (error " + std::to_string(static_cast<int>(r)) +
+             "): the kernel or driver has no dma-buf support for this memory";
+      return false;
+    }
+    *fd = out;
+    *offset = a - base;
+    return true;
   }
 
  private:

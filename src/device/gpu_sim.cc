@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -90,7 +91,16 @@ class SimStream {
 // The first page holds the bump allocator both copies use.
 constexpr uintptr_t kArenaBase = 0x5f0000000000;
 constexpr size_t kArenaBytes = size_t{1} << 40;
-constexpr size_t kBlockHeader = 256;  // before each block: its size
+constexpr size_t kBlockHeader = 256;  // before each block: a BlockHeader
+
+// Each allocation is a memfd of its own, mapped into the arena, so that it can be
+// exported as a dma-buf would be (GPUDirect RDMA): the fd stays open until it is freed.
+struct BlockHeader {
+  uint64_t bytes;
+  int32_t fd;
+  uint32_t magic;
+};
+constexpr uint32_t kBlockMagic = 0x53424c4b;  // "SBLK"
 
 struct ArenaHeader {
   std::atomic<uint64_t> magic;
@@ -137,6 +147,24 @@ char* arenaTake(size_t bytes, int fd) {
   return static_cast<char*>(at);
 }
 
+// The mapping of this process that holds address `a`.
+bool mappingOf(uintptr_t a, uintptr_t* start, uintptr_t* end) {
+  FILE* maps = fopen("/proc/self/maps", "r");
+  if (!maps) return false;
+  char line[512];
+  bool found = false;
+  while (!found && fgets(line, sizeof line, maps)) {
+    unsigned long s = 0, e = 0;
+    if (sscanf(line, "%lx-%lx", &s, &e) == 2 && a >= s && a < e) {
+      *start = s;
+      *end = e;
+      found = true;
+    }
+  }
+  fclose(maps);
+  return found;
+}
+
 // Gives a block's pages back (the addresses are not reused).
 void arenaRelease(void* at, size_t bytes) {
   size_t span = (bytes + 4095) / 4096 * 4096;
@@ -166,16 +194,45 @@ class SimGpus final : public GpuBackend {
     return prev;
   }
   void* alloc(size_t bytes) override {
-    char* block = arenaTake(kBlockHeader + bytes, -1);
-    memcpy(block, &bytes, sizeof bytes);
+    size_t span = (kBlockHeader + bytes + 4095) / 4096 * 4096;
+    int fd = memfd_create("strata-gpusim", MFD_CLOEXEC);
+    if (fd < 0) failErrno("simulated GPU: memfd_create");
+    if (ftruncate(fd, static_cast<off_t>(span)) != 0) {
+      close(fd);
+      failErrno("simulated GPU: sizing device memory");
+    }
+    char* block = arenaTake(kBlockHeader + bytes, fd);
+    BlockHeader h{bytes, fd, kBlockMagic};
+    memcpy(block, &h, sizeof h);
     return block + kBlockHeader;
   }
   void free(void* p) override {
     STRATA_REQUIRE(inArena(p), ncclInvalidArgument, "simulated GPU: %p is not device memory", p);
     char* block = static_cast<char*>(p) - kBlockHeader;
-    size_t bytes;
-    memcpy(&bytes, block, sizeof bytes);
-    arenaRelease(block, kBlockHeader + bytes);
+    BlockHeader h;
+    memcpy(&h, block, sizeof h);
+    arenaRelease(block, kBlockHeader + h.bytes);
+    close(h.fd);
+  }
+  // The allocation's memfd, found from the mapping that holds `p` (/proc/self/maps:
+  // every allocation is one mapping, its header first).
+  bool exportDmabuf(const void* p, size_t bytes, int* fd, uint64_t* offset, std::string* why) override {
+    auto a = reinterpret_cast<uintptr_t>(p);
+    uintptr_t start = 0, end = 0;
+    if (!inArena(p) || !mappingOf(a, &start, &end)) {
+      *why = "simulated GPU: not device memory";
+      return false;
+    }
+    BlockHeader h;
+    memcpy(&h, reinterpret_cast<void*>(start), sizeof h);
+    if (h.magic != kBlockMagic || a + bytes > start + kBlockHeader + h.bytes) {
+      *why = "simulated GPU: only memory from gpuAlloc exports (not IPC mappings or a range past an allocation)";
+      return false;
+    }
+    *fd = dup(h.fd);
+    *offset = a - start;
+    if (*fd < 0) *why = std::string("simulated GPU: dup: ") + strerror(errno);
+    return *fd >= 0;
   }
   void reduceInOrder(void* dst, const void* const* inputs, int n, size_t count, ncclDataType_t type, const ReduceOp& op,
                      void* stream) override {

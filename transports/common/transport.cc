@@ -38,6 +38,8 @@ Activity Activity::since(const Activity& b) const {
   d.fifoWrites = fifoWrites - b.fifoWrites;
   d.nicRegistrations = nicRegistrations - b.nicRegistrations;
   d.cacheHits = cacheHits - b.cacheHits;
+  d.dmabufRegistrations = dmabufRegistrations - b.dmabufRegistrations;
+  d.flushes = flushes - b.flushes;
   return d;
 }
 
@@ -49,6 +51,8 @@ std::string Activity::str() const {
     s += format("; on the wire %llu data writes, %llu FIFO writes; %llu new registrations with the NIC, %llu "
                 "found in its cache",
                 n(dataWrites), n(fifoWrites), n(nicRegistrations), n(cacheHits));
+  if (dmabufRegistrations || flushes)
+    s += format("; GPUDirect RDMA: %llu dma-buf registrations, %llu flushes", n(dmabufRegistrations), n(flushes));
   return s;
 }
 

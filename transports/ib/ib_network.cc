@@ -369,7 +369,7 @@ class IbNetwork final : public net::Network {
   bool sendSeesReceive() const override { return true; }  // the FIFO entry carries the receive's size
   bool wireCounters(net::WireCounters* out) override {
     Counters n = counters();
-    *out = {n.dataWrites, n.fifoWrites, n.registrations, n.registrationHits};
+    *out = {n.dataWrites, n.fifoWrites, n.registrations, n.registrationHits, n.dmabufRegistrations, n.flushes};
     return true;
   }
   // On every device's cache: whichever port a connection uses finds it registered.

@@ -1,9 +1,12 @@
 #include "transports/net/net_transport.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -12,6 +15,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "device/gpu.h"
 #include "transports/net/nccl_net.h"
 #include "transports/net/rail.h"
 
@@ -100,12 +104,38 @@ class NetConnection {
                   e.what());
     failed_ = true;
   }
+  // A put's buffer: host memory as itself; device memory (GPUDirect RDMA, kDevicePut)
+  // as its dma-buf, whose fd stays open until deregPut.
+  void* regPut(void* comm, void* p, size_t bytes) {
+    count(live_.moved.registrations, 1);
+    if (!device::isDevicePointer(p)) return net_.regMr(comm, p, bytes, abi::kPtrHost);
+    int fd = -1;
+    uint64_t offset = 0;
+    std::string why;
+    STRATA_REQUIRE(device::exportDmabuf(p, bytes, &fd, &offset, &why), ncclSystemError,
+                   "net transport: rank %d cannot hand device memory at %p to %s: %s", self_, p, net_.name().c_str(),
+                   why.c_str());
+    void* mh = nullptr;
+    try {
+      mh = net_.regMrDmaBuf(comm, p, bytes, abi::kPtrCuda, offset, fd);
+    } catch (...) {
+      close(fd);
+      throw;
+    }
+    dmabufFds_[mh] = fd;
+    return mh;
+  }
+  bool onDevice(void* mh) const { return dmabufFds_.count(mh) != 0; }
   void deregPut(void* comm, void* mh) {
     try {
       net_.deregMr(comm, mh);
     } catch (const Error& e) {
       STRATA_INFO(kSubsysNet, self_, "net transport: deregistering a put buffer (rank %d): %s", peer_, e.what());
     }
+    auto it = dmabufFds_.find(mh);
+    if (it == dmabufFds_.end()) return;
+    close(it->second);
+    dmabufFds_.erase(it);
   }
   virtual void step() = 0;
   // Under mu_: true while the connection is coming up, or has sends the network has
@@ -137,6 +167,7 @@ class NetConnection {
   std::vector<size_t> sizes_;
   std::vector<void*> requests_;
   void* mh_ = nullptr;
+  std::map<void*, int> dmabufFds_;  // put registrations of device memory: their dma-bufs
   std::atomic<bool> failed_{false};  // written under mu_, read by peerAborted() without it
   std::atomic<bool> wanted_{true};   // needsSweep() as of the last call: lets sweeps skip idle connections
   int self_, peer_;
@@ -208,8 +239,7 @@ class NetSend final : public NetConnection, public SendConnection, public PutSen
       if (!pendingMh_ || pendingSrc_ != src || pendingBytes_ != bytes) {
         if (pendingMh_) deregPut(putComm_, pendingMh_);
         pendingMh_ = nullptr;
-        pendingMh_ = net_.regMr(putComm_, const_cast<void*>(src), bytes, abi::kPtrHost);
-        count(live_.moved.registrations, 1);
+        pendingMh_ = regPut(putComm_, const_cast<void*>(src), bytes);
         pendingSrc_ = src;
         pendingBytes_ = bytes;
       }
@@ -328,10 +358,9 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
     if (failed_ || !putComm_ || offers_.size() >= kMaxOffers) return false;
     void* mh = nullptr;
     try {
-      mh = net_.regMr(putComm_, dst, bytes, abi::kPtrHost);
-      count(live_.moved.registrations, 1);
+      mh = regPut(putComm_, dst, bytes);
       if (void* r = net_.irecv(putComm_, dst, bytes, 0, mh)) {
-        offers_.push_back({r, mh});
+        offers_.push_back({r, mh, dst, bytes});
         return true;
       }
     } catch (const Error& e) {
@@ -347,16 +376,23 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
     std::lock_guard<std::mutex> lock(mu_);
     progressLocked();
     if (failed_ || offers_.empty()) return false;
-    size_t n = 0;
+    Offer& o = offers_.front();
     try {
-      if (!net_.test(offers_.front().request, &n)) return false;
+      if (!o.arrived && !net_.test(o.request, &o.got)) return false;
+      o.arrived = true;
+      // Into device memory: the NIC's writes are made visible to the GPU first.
+      if (onDevice(o.mh) && !o.flushed) {
+        if (!o.flush && !net_.iflush(putComm_, o.dst, o.got, o.mh, &o.flush)) return false;
+        if (o.flush && !net_.test(o.flush, nullptr)) return false;
+        o.flushed = true;
+      }
     } catch (const Error& e) {
       failWith(e);
       return false;
     }
-    deregPut(putComm_, offers_.front().mh);
+    *bytes = o.got;
+    deregPut(putComm_, o.mh);
     offers_.pop_front();
-    *bytes = n;
     return true;
   }
 
@@ -392,6 +428,11 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
   struct Offer {
     void* request;
     void* mh;
+    void* dst;
+    size_t bytes;
+    size_t got = 0;
+    bool arrived = false, flushed = false;
+    void* flush = nullptr;  // the network's flush request, once asked
   };
   void closeAll() {
     closeComm(comm_, &Network::closeRecv, &mh_);
@@ -488,7 +529,15 @@ class NetRegistration final : public Registration {
 
 uint32_t NetTransport::capabilities() const {
   Network* n = network();
-  return kSlots | kNeedsPolling | (n && n->sendSeesReceive() ? uint32_t{kPut} : 0u);
+  uint32_t caps = kSlots | kNeedsPolling;
+  if (!n || !n->sendSeesReceive()) return caps;
+  caps |= kPut;
+  // GPUDirect RDMA: the network registers dma-bufs and a GPU here exports them (asked once).
+  std::call_once(gdrOnce_, [&] {
+    constexpr int kGdr = abi::kPtrCuda | abi::kPtrDmabuf;
+    gdr_ = n->devices() > 0 && (n->properties(0).ptrSupport & kGdr) == kGdr && device::gpuCount() > 0;
+  });
+  return gdr_ ? caps | kDevicePut : caps;
 }
 
 std::shared_ptr<Registration> NetTransport::registerMemory(void* base, size_t bytes) {
@@ -537,6 +586,8 @@ Activity NetTransport::activity() const {
     a.fifoWrites = w.fifoWrites;
     a.nicRegistrations = w.registrations;
     a.cacheHits = w.cacheHits;
+    a.dmabufRegistrations = w.dmabufRegistrations;
+    a.flushes = w.flushes;
   }
   return a;
 }

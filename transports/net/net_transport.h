@@ -62,6 +62,8 @@ class NetTransport final : public Transport {
   Network* (*network_)();
   Reach reach_;
   LiveConnections live_;
+  mutable std::once_flag gdrOnce_;
+  mutable bool gdr_ = false;
 };
 
 }  // namespace strata::transport::net

@@ -42,6 +42,7 @@ struct DeviceProperties {
 // transport adds these to its own counters (transport.h Activity).
 struct WireCounters {
   uint64_t dataWrites = 0, fifoWrites = 0, registrations = 0, cacheHits = 0;
+  uint64_t dmabufRegistrations = 0, flushes = 0;
 };
 
 class Network {
