@@ -31,9 +31,10 @@ bool Communicator::devicePuts(int peer, size_t bytes) const {
   if (!peers_[rank()].gdr) return false;  // its GPU is too far from its NIC (NCCL_NET_GDR_LEVEL), or none
   if (peer < 0 || peer >= nranks() || peer == rank() || least == 0 || bytes < least) return false;
   try {
-    return transport::selectTransport(peers_[rank()], peers_[peer], transport::kPut).has(transport::kDevicePut);
+    // The transport the plan links them with (comm_plan.cc), not merely one that could put.
+    return transport::selectTransport(peers_[rank()], peers_[peer]).has(transport::kPut | transport::kDevicePut);
   } catch (const Error&) {
-    return false;  // no transport with puts links them
+    return false;  // no transport links them
   }
 }
 

@@ -1,6 +1,8 @@
 // How a group on device buffers becomes a job on the caller's streams: staged
 // through pinned host memory (every host algorithm works on it), or direct when
 // an algorithm works on device memory for every operation of the group.
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "base/error.h"
@@ -106,14 +108,27 @@ std::vector<PartCopies> chunk(DeviceJob& job, const PartCopies& whole) {
   return parts;
 }
 
+// True when the driver exports the buffer as a dma-buf (not managed memory, nor a
+// pool or VMM allocation it cannot): else the transfer is staged, as it was before.
+bool exportable(const void* buf, size_t bytes) {
+  int fd = -1;
+  uint64_t offset = 0;
+  std::string why;
+  if (!device::exportDmabuf(buf, bytes, &fd, &offset, &why)) return false;
+  close(fd);
+  return true;
+}
+
 // One operation the proxy can run on its device buffers themselves: a collective an
 // algorithm runs on device memory (the tuner says, NCCL_ALGO included), or a send or
 // receive that moves as one GPUDirect RDMA put straight from or into the buffer.
 bool directOp(ncclComm* h, const OpDesc& op) {
   Communicator& c = *h->impl;
   size_t bytes = opBytes(op, c.nranks());
-  if (op.kind == OpKind::kSend) return device::isDevicePointer(op.sendbuff) && c.devicePuts(op.root, bytes);
-  if (op.kind == OpKind::kRecv) return device::isDevicePointer(op.recvbuff) && c.devicePuts(op.root, bytes);
+  if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) {
+    const void* buf = op.kind == OpKind::kSend ? op.sendbuff : op.recvbuff;
+    return device::isDevicePointer(buf) && c.devicePuts(op.root, bytes) && exportable(buf, bytes);
+  }
   return device::isDevicePointer(op.sendbuff) && device::isDevicePointer(op.recvbuff) && c.deviceCapable(op.coll, bytes);
 }
 

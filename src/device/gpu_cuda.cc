@@ -167,7 +167,7 @@ class CudaGpus final : public GpuBackend {
     static Fn fn = [] {
       void* f = nullptr;
       cudaDriverEntryPointQueryResult q{};
-      if (cudaGetDriverEntryPointByVersion("cuMemGetHandleForAddressRange", &f, 12000, cudaEnableDefault, &q) !=
+      if (cudaGetDriverEntryPointByVersion("cuMemGetHandleForAddressRange", &f, 11070, cudaEnableDefault, &q) !=
               cudaSuccess ||
           q != cudaDriverEntryPointSuccess) {
         cudaGetLastError();

@@ -201,7 +201,13 @@ class SimGpus final : public GpuBackend {
       close(fd);
       failErrno("simulated GPU: sizing device memory");
     }
-    char* block = arenaTake(kBlockHeader + bytes, fd);
+    char* block = nullptr;
+    try {
+      block = arenaTake(kBlockHeader + bytes, fd);
+    } catch (...) {
+      close(fd);
+      throw;
+    }
     BlockHeader h{bytes, fd, kBlockMagic};
     memcpy(block, &h, sizeof h);
     return block + kBlockHeader;

@@ -23,12 +23,14 @@
 #include "base/log.h"
 #include "base/socket.h"
 #include "transports/ib/ib_comm.h"
+#include "transports/ib/ib_conns.h"
 #include "transports/net/nccl_net.h"
 
 namespace strata::transport::ib {
 namespace {
 
-constexpr uint64_t kSendTag = 1ull << 56, kRecvTag = 2ull << 56, kFifoTag = 3ull << 56, kFlushTag = 4ull << 56;
+using namespace conn;  // NOLINT: the connection ends are this file's own (ib_conns.h)
+
 constexpr double kSetupSec = 30;
 
 struct Handle {
@@ -39,171 +41,6 @@ struct Handle {
 };
 static_assert(sizeof(Handle) <= net::kHandleBytes, "IB handle");
 
-struct Totals {
-  std::atomic<uint64_t> messagesSent{0}, bytesSent{0}, dataWrites{0}, fifoWrites{0}, messagesReceived{0};
-  std::atomic<uint64_t> dmabufRegistrations{0}, flushes{0};
-} gTotals;
-
-bool readable(int fd) {
-  pollfd p{fd, POLLIN, 0};
-  return poll(&p, 1, 0) > 0;
-}
-
-struct Comm;
-
-struct Request {
-  Comm* comm = nullptr;
-  int kind = 0;  // 0 free, 1 send, 2 receive
-  int pending = 0;  // completions still expected
-  size_t bytes = 0;
-};
-
-struct Comm {
-  QpSet q;
-  int fd = -1;  // the setup stream, kept open: its end tells that the peer is gone
-  bool split = false;
-  bool failed = false;
-  ncclResult_t failCode = ncclSuccess;
-  std::string failure;
-  double nextAliveCheck = 0;
-  bool gone = false;
-  bool closedByPeer = false;  // the failure is the peer's close, with no operation lost
-  Request reqs[kDepth];
-
-  Comm() {
-    for (Request& r : reqs) r.comm = this;
-  }
-  virtual ~Comm() {
-    q.destroy();
-    if (fd >= 0) close(fd);
-  }
-  void setFailed(ncclResult_t code, std::string why) {
-    if (failed) return;
-    failed = true;
-    failCode = code;
-    failure = std::move(why);
-  }
-  void throwIfFailed() const {
-    if (failed && closedByPeer) throw net::PeerClosed(failure);
-    if (failed) throw Error(failCode, failure);
-  }
-  // Every 50 ms while waiting: true once the peer's process has closed the setup
-  // stream. The caller polls the CQ once more before calling that a failure: the
-  // peer may have finished (and closed) right after its last write landed.
-  bool peerGone() {
-    double now = nowSec();
-    if (gone || now < nextAliveCheck) return gone;
-    nextAliveCheck = now + 0.05;
-    if (!readable(fd)) return false;
-    char b;
-    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-    return gone;
-  }
-  void failGone() {
-    closedByPeer = !failed;
-    setFailed(ncclRemoteError,
-              format("IB: %s closed the connection (its process is done, exited or aborted)", q.where(0).c_str()));
-  }
-  void onCompletion(const ibv_wc& wc) {
-    if (wc.status != IBV_WC_SUCCESS) {
-      if (wc.status == IBV_WC_WR_FLUSH_ERR && failed) return;
-      int qp = 0;
-      for (int i = 0; i < q.nqps; ++i)
-        if (q.qps[i]->qp_num == wc.qp_num) qp = i;
-      bool remote = wc.status == IBV_WC_RETRY_EXC_ERR || wc.status == IBV_WC_RNR_RETRY_EXC_ERR ||
-                    wc.status == IBV_WC_REM_ACCESS_ERR || wc.status == IBV_WC_REM_INV_REQ_ERR ||
-                    wc.status == IBV_WC_REM_OP_ERR;
-      setFailed(remote ? ncclRemoteError : ncclSystemError,
-                format("IB: completion error with %s: %s (status %d, vendor error 0x%x)%s", q.where(qp).c_str(),
-                       verbs()->wcStatusStr(wc.status), static_cast<int>(wc.status), wc.vendor_err,
-                       wc.status == IBV_WC_RETRY_EXC_ERR ? ": the peer did not answer (its process or link is gone)"
-                                                         : ""));
-      return;
-    }
-    uint64_t tag = wc.wr_id & (0xffull << 56);
-    Request& r = reqs[wc.wr_id & 0xffff];
-    if (tag == kSendTag) {
-      --r.pending;
-    } else if (tag == kRecvTag) {
-      r.bytes += ntohl(wc.imm_data);
-      if (--r.pending == 0) gTotals.messagesReceived.fetch_add(1, std::memory_order_relaxed);
-    }
-  }
-  void poll() {
-    ibv_wc wc[16];
-    for (;;) {
-      int n = ibv_poll_cq(q.cq, 16, wc);
-      if (n < 0) {
-        setFailed(ncclSystemError, format("IB: ibv_poll_cq failed (%d) on %s:%d", n, q.port->device.c_str(),
-                                          q.port->port));
-        return;
-      }
-      for (int i = 0; i < n; ++i) onCompletion(wc[i]);
-      if (n < 16) return;
-    }
-  }
-  void post(int qp, ibv_send_wr* wr) {
-    ibv_send_wr* bad = nullptr;
-    int rc = ibv_post_send(q.qps[qp], wr, &bad);
-    if (rc) fail(ncclSystemError, "IB: ibv_post_send to %s failed: %s", q.where(qp).c_str(), strerror(rc));
-  }
-};
-
-struct SendComm final : Comm {
-  FifoEntry* fifo = nullptr;
-  ibv_mr* fifoMr = nullptr;
-  uint64_t sent = 0;
-  bool infoSent = false;  // setup: the TCP connect is up and this end's info went out
-  double setupUntil = 0;
-  ~SendComm() override {
-    q.destroy();
-    if (fifoMr) verbs()->deregMr(fifoMr);
-    free(fifo);
-  }
-};
-
-struct RecvComm final : Comm {
-  uint64_t posted = 0;
-  uint64_t fifoAddr = 0;
-  uint32_t fifoRkey = 0;
-  // GPUDirect flushes: a queue pair connected to itself reads from each device
-  // buffer that received data, so that the NIC's earlier writes to it are done (as
-  // NCCL does); made at the first flush.
-  QpSet flushQp;
-  ibv_mr* flushMr = nullptr;
-  uint32_t flushWord = 0;
-  Request flushReq;
-  ~RecvComm() override {
-    flushQp.destroy();
-    if (flushMr) verbs()->deregMr(flushMr);
-  }
-  void pollFlush() {
-    ibv_wc wc{};
-    int n = ibv_poll_cq(flushQp.cq, 1, &wc);
-    if (n < 0) setFailed(ncclSystemError, "IB: ibv_poll_cq failed on the flush queue pair");
-    if (n <= 0) return;
-    if (wc.status != IBV_WC_SUCCESS)
-      setFailed(ncclSystemError, format("IB: a GPUDirect flush on %s failed: %s", flushQp.where(0).c_str(),
-                                        verbs()->wcStatusStr(wc.status)));
-    flushReq.pending = 0;
-  }
-};
-
-struct ListenComm {
-  int fd = -1, dev = 0;
-  int accepted = -1;
-  std::unique_ptr<RecvComm> comm;
-  ~ListenComm() {
-    if (accepted >= 0) close(accepted);
-    if (fd >= 0) close(fd);
-  }
-};
-
-void fillIdentity(WireInfo* w) {
-  w->pid = static_cast<uint32_t>(getpid());
-  gethostname(w->host, sizeof(w->host) - 1);
-}
 
 class IbNetwork final : public net::Network {
  public:
@@ -343,10 +180,9 @@ class IbNetwork final : public net::Network {
       std::lock_guard<std::mutex> lock(dmabufMu_);
       if (bytes == 0 || !dmabufMrs_.count(static_cast<ibv_mr*>(mhandle))) return true;  // host memory: nothing to do
     }
-    c->throwIfFailed();
     if (c->flushReq.pending) return false;  // one flush at a time per connection
     if (!c->flushMr) openFlush(c);
-    ibv_sge sge{reinterpret_cast<uint64_t>(&c->flushWord), sizeof(c->flushWord), c->flushMr->lkey};
+    ibv_sge sge{reinterpret_cast<uint64_t>(&c->flushWord), 1, c->flushMr->lkey};  // one byte: any receive has it
     ibv_send_wr wr{};
     wr.wr_id = kFlushTag;
     wr.sg_list = &sge;
@@ -475,19 +311,16 @@ class IbNetwork final : public net::Network {
     if (r->kind == 3) {  // a flush (RecvComm::flushReq)
       auto* rc = static_cast<RecvComm*>(c);
       if (r->pending) rc->pollFlush();
-      if (r->pending) {
-        rc->throwIfFailed();
-        return false;
-      }
+      if (r->pending) return false;
       r->kind = 0;
       if (bytes) *bytes = 0;
-      rc->throwIfFailed();
+      STRATA_REQUIRE(rc->flushError.empty(), ncclSystemError, "%s", rc->flushError.c_str());
       return true;
     }
     if (r->pending > 0) c->poll();
     if (r->pending > 0 && c->peerGone()) {
       c->poll();
-      if (r->pending > 0) c->failGone();
+      if (r->pending > 0 && c->goneForGood()) c->failGone();
     }
     // A request whose completions all came is done, even if the connection failed
     // after them (a FIFO write to a peer that finished and left): its data is here.

@@ -535,7 +535,8 @@ uint32_t NetTransport::capabilities() const {
   // GPUDirect RDMA: the network registers dma-bufs and a GPU here exports them (asked once).
   std::call_once(gdrOnce_, [&] {
     constexpr int kGdr = abi::kPtrCuda | abi::kPtrDmabuf;
-    gdr_ = n->devices() > 0 && (n->properties(0).ptrSupport & kGdr) == kGdr && device::gpuCount() > 0;
+    gdr_ = n->devices() > 0 && device::gpuCount() > 0;
+    for (int d = 0; d < n->devices(); ++d) gdr_ = gdr_ && (n->properties(d).ptrSupport & kGdr) == kGdr;  // any may be a rail
   });
   return gdr_ ? caps | kDevicePut : caps;
 }
