@@ -23,6 +23,7 @@ struct PeerInfo {
   char busId[16] = {};       // its GPU's PCI bus id ("0000:07:00.0"), empty without one
   char railName[32] = {};    // the NIC port nearest it in the topology ("mlx5_0"): its network device
   char railBusId[16] = {};   // that NIC's PCI bus id, for networks that name devices otherwise
+  int railPort = 0;          // that NIC's port (two-port HCAs), 0 when the topology does not say
   bool gdr = false;          // its GPU is near enough its NIC for GPUDirect RDMA (NCCL_NET_GDR_LEVEL)
   char netName[32] = {};     // the network its communicator uses between nodes (ncclConfig_t.netName, else
                              // NCCL_NET); empty: the first that connects

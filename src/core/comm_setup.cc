@@ -117,6 +117,7 @@ PeerInfo Communicator::describeSelf(int rank, const CommOptions& opts, std::shar
     topology::RailId id = topology::railIdentity(topo->sys, nic);
     copyString(self.railName, sizeof(self.railName), id.name);
     copyString(self.railBusId, sizeof(self.railBusId), id.busId);
+    self.railPort = id.port;
   }
   self.gdr = self.device >= 0 && gdrAllowed(topo->sys, near, nic, rank);
   std::vector<int> rails = topo->fromFile ? topology::nearestNets(topo->sys, cpu) : std::vector<int>{};

@@ -49,7 +49,7 @@ std::vector<int> rankDevices(const System& sys, const std::vector<std::string>& 
 }
 
 RailId railIdentity(const System& sys, int net) {
-  RailId r{sys.node(net).id, ""};
+  RailId r{sys.node(net).id, "", sys.node(net).port};
   for (const Link& l : sys.node(net).links)
     if (sys.node(l.to).type == NodeType::kNic) r.busId = sys.node(l.to).id;
   return r;

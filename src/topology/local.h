@@ -30,6 +30,7 @@ std::vector<int> rankDevices(const System& sys, const std::vector<std::string>& 
 // How the NIC port `net` is known to a network: its name and its NIC's PCI bus id.
 struct RailId {
   std::string name, busId;
+  int port = 0;  // 0: any port
 };
 RailId railIdentity(const System& sys, int net);
 

@@ -192,6 +192,7 @@ void System::addPciTree(const XmlElement& e, int parent, int cpu, const std::str
       p.id = required(net, "name", source);
       p.index = static_cast<int>(number(net, "dev", -1, source));
       p.speedMbps = static_cast<double>(number(net, "speed", 0, source));
+      p.port = static_cast<int>(number(net, "port", 0, source));
       if (p.speedMbps <= 0) p.speedMbps = 10000;  // NCCL's default when a plugin reports none
       p.gdr = number(net, "gdr", 0, source) != 0;
       p.cpu = cpu;

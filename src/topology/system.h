@@ -44,6 +44,7 @@ struct Node {
   int family = 0, model = 0;
   // NET
   double speedMbps = 0;
+  int port = 0;  // the HCA port (NCCL's net "port"), 0 when the file does not say
   bool gdr = false;
   std::vector<Link> links;
 };

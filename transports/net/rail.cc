@@ -20,14 +20,19 @@ int namedDevice(Network& net, const PeerInfo& self, std::string* why) {
   std::string name = self.railName, bus = self.railBusId;
   if (name.empty() && bus.empty()) return -1;
   int n = net.devices();
-  for (int d = 0; d < n; ++d)
-    if (!name.empty() && net.properties(d).name == name) {
+  // A two-port HCA is one name (and one PCI function) with a device per port.
+  auto portMatches = [&](const DeviceProperties& p) { return self.railPort == 0 || p.port == self.railPort; };
+  for (int d = 0; d < n; ++d) {
+    DeviceProperties p = net.properties(d);
+    if (!name.empty() && p.name == name && portMatches(p)) {
       *why = format("its rail %s, by name", name.c_str());
       return d;
     }
+  }
   for (int d = 0; d < n; ++d) {
-    std::string path = net.properties(d).pciPath;
-    if (!bus.empty() && !path.empty() && endsWith(path, bus)) {
+    DeviceProperties p = net.properties(d);
+    std::string path = p.pciPath;
+    if (!bus.empty() && !path.empty() && endsWith(path, bus) && portMatches(p)) {
       *why = format("its rail %s, by PCI bus id %s", name.c_str(), bus.c_str());
       return d;
     }
