@@ -29,31 +29,11 @@
 #include <thread>
 
 #include "emu.h"
+#include "emu_wire.h"
 
 namespace verbs_emu {
 namespace {
 
-constexpr uint32_t kMagic = 0x53564d55;  // "SVMU"
-
-struct Hello {
-  uint32_t magic, srcQpn, dstQpn, pad;
-};
-struct HelloAck {
-  uint32_t magic, status;
-};
-struct Request {
-  uint32_t op, len;
-  uint64_t addr;
-  uint32_t rkey, imm, rnrRetry, pad;
-};
-struct Response {
-  uint32_t status, len;
-};
-
-// IB's RNR NAK timer encoding, in milliseconds (min_rnr_timer 0..31).
-const double kRnrMs[32] = {655.36, 0.01, 0.02, 0.03, 0.04,  0.06,  0.08,  0.12,  0.16,   0.24,   0.32,
-                           0.48,   0.64, 0.96, 1.28, 1.92,  2.56,  3.84,  5.12,  7.68,   10.24,  15.36,
-                           20.48,  30.72, 40.96, 61.44, 81.92, 122.88, 163.84, 245.76, 327.68, 491.52};
 
 // How long a requester retries a peer that does not answer: 4.096 us x 2^timeout
 // per try, retry_cnt + 1 tries (timeout 0 is "for ever": capped at a minute).
@@ -81,69 +61,6 @@ uint32_t chooseAddress() {
   return found;
 }
 
-// Stores in ascending address order, as PCIe posted writes land: a reader that
-// polls the last word of a small write sees the words before it.
-// A small write of whole aligned words (a FIFO entry) ends with a release store of
-// its last word, so an acquire load of that word sees the rest.
-void landAscending(char* dst, const char* src, size_t n) {
-  bool words = n >= 8 && n <= 256 && n % 8 == 0 && reinterpret_cast<uintptr_t>(dst) % 8 == 0;
-  if (words) {
-    auto* d = reinterpret_cast<uint64_t*>(dst);
-    for (size_t i = 0; i < n / 8; ++i) {
-      uint64_t w;
-      memcpy(&w, src + 8 * i, 8);
-      __atomic_store_n(d + i, w, i + 1 == n / 8 ? __ATOMIC_RELEASE : __ATOMIC_RELAXED);
-    }
-    return;
-  }
-  __atomic_thread_fence(__ATOMIC_RELEASE);
-  if (n > 256) {
-    memcpy(dst, src, n);
-  } else {
-    for (size_t i = 0; i < n; ++i) __atomic_store_n(dst + i, src[i], __ATOMIC_RELAXED);
-  }
-}
-
-Mr* findRemote(ibv_pd* pd, uint32_t rkey, uint64_t addr, uint64_t len, int access) {
-  Mr* m = findLocal(pd, rkey ^ kRkeyBit, addr, len);
-  return m && m->mr.rkey == rkey && (m->access & access) ? m : nullptr;
-}
-
-// Writes what it can without blocking; false when the stream is broken.
-bool flushOut(int fd, std::string* out) {
-  while (!out->empty()) {
-    ssize_t n = send(fd, out->data(), out->size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      out->erase(0, static_cast<size_t>(n));
-    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-      return true;
-    } else {
-      return false;
-    }
-  }
-  return true;
-}
-
-// Reads what is there (up to `cap` buffered); false on end of stream or error.
-bool fillIn(int fd, std::string* in, size_t cap) {
-  char buf[1 << 16];
-  while (in->size() < cap) {
-    ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-    if (n > 0) {
-      in->append(buf, static_cast<size_t>(n));
-    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-      return true;
-    } else {
-      return false;
-    }
-  }
-  return true;
-}
-
-template <typename T>
-void append(std::string* s, const T& v) {
-  s->append(reinterpret_cast<const char*>(&v), sizeof(v));
-}
 
 ibv_wc_opcode wcOpcode(ibv_wr_opcode op) {
   switch (op) {
@@ -337,128 +254,6 @@ void driveRequester(Qp* q) {
   s.fd = -1;
   if (!q->inflight.empty()) failFront(q, IBV_WC_RETRY_EXC_ERR);
   else if (!s.helloDone) s.nextTry = nowSec() + 0.001;
-}
-
-// ---- responder ----
-
-void respond(Responder& r, uint32_t status, const char* data = nullptr, uint32_t len = 0) {
-  append(&r.out, Response{status, data ? len : 0});
-  if (data) r.out.append(data, len);
-}
-
-void pushRecvWc(Qp* q, const RecvWr& rw, ibv_wc_status st, ibv_wc_opcode op, uint32_t len, const Request& req,
-                bool imm) {
-  ibv_wc wc{};
-  wc.wr_id = rw.wrId;
-  wc.status = st;
-  wc.opcode = op;
-  wc.byte_len = len;
-  wc.qp_num = q->qp.qp_num;
-  wc.src_qp = q->destQpn;
-  if (imm) {
-    wc.imm_data = req.imm;
-    wc.wc_flags = IBV_WC_WITH_IMM;
-  }
-  pushWc(reinterpret_cast<Cq*>(q->qp.recv_cq), wc);
-}
-
-// A send's bytes into the receive's buffers; false (and the responder's error) when they do not fit.
-ibv_wc_status scatter(Qp* q, const RecvWr& rw, const char* data, uint32_t len) {
-  uint64_t room = 0;
-  for (const ibv_sge& g : rw.sges) room += g.length;
-  if (room < len) return IBV_WC_LOC_LEN_ERR;
-  for (const ibv_sge& g : rw.sges) {
-    if (!len) break;
-    Mr* m = findLocal(q->qp.pd, g.lkey, g.addr, g.length);
-    if (!m || !(m->access & IBV_ACCESS_LOCAL_WRITE)) return IBV_WC_LOC_PROT_ERR;
-    uint32_t n = std::min(len, g.length);
-    landAscending(m->at(g.addr), data, n);
-    data += n;
-    len -= n;
-  }
-  return IBV_WC_SUCCESS;
-}
-
-// Applies the request at the head of r.in; false while it must wait (no receive posted).
-bool applyOne(Responder& r, Qp* q, const Request& req, const char* payload) {
-  auto op = static_cast<ibv_wr_opcode>(req.op);
-  bool write = op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
-  bool needsRecv = op != IBV_WR_RDMA_WRITE && op != IBV_WR_RDMA_READ;
-  Mr* target = nullptr;
-  if (write && !((q->access & IBV_ACCESS_REMOTE_WRITE) &&
-                 (target = findRemote(q->qp.pd, req.rkey, req.addr, req.len, IBV_ACCESS_REMOTE_WRITE)))) {
-    respond(r, IBV_WC_REM_ACCESS_ERR);
-    return true;
-  }
-  if (op == IBV_WR_RDMA_READ) {
-    Mr* m = (q->access & IBV_ACCESS_REMOTE_READ)
-                ? findRemote(q->qp.pd, req.rkey, req.addr, req.len, IBV_ACCESS_REMOTE_READ)
-                : nullptr;
-    if (m)
-      respond(r, IBV_WC_SUCCESS, m->at(req.addr), req.len);
-    else
-      respond(r, IBV_WC_REM_ACCESS_ERR);
-    return true;
-  }
-  if (needsRecv && q->recvs.empty()) {  // receiver not ready: the requester retries
-    double now = nowSec();
-    if (r.rnrSince == 0) r.rnrSince = now;
-    double limit = (req.rnrRetry + 1) * kRnrMs[q->minRnrTimer & 31] / 1000;
-    if (req.rnrRetry == 7 || now - r.rnrSince < limit) return false;
-    respond(r, IBV_WC_RNR_RETRY_EXC_ERR);
-    r.rnrSince = 0;
-    return true;
-  }
-  r.rnrSince = 0;
-  if (write) landAscending(target->at(req.addr), payload, req.len);
-  if (!needsRecv) {
-    respond(r, IBV_WC_SUCCESS);
-    return true;
-  }
-  RecvWr rw = q->recvs.front();
-  q->recvs.pop_front();
-  if (write) {
-    pushRecvWc(q, rw, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, req.len, req, true);
-    respond(r, IBV_WC_SUCCESS);
-    return true;
-  }
-  ibv_wc_status st = scatter(q, rw, payload, req.len);
-  pushRecvWc(q, rw, st, IBV_WC_RECV, req.len, req, op == IBV_WR_SEND_WITH_IMM);
-  respond(r, st == IBV_WC_SUCCESS ? IBV_WC_SUCCESS : IBV_WC_REM_INV_REQ_ERR);
-  if (st != IBV_WC_SUCCESS) setQpError(q);
-  return true;
-}
-
-// False when the stream must close (hello refused, or the queue pair is gone or broken).
-bool driveResponder(Responder& r) {
-  bool open = fillIn(r.fd, &r.in, 64u << 20);
-  if (!r.hello) {
-    if (r.in.size() < sizeof(Hello)) return open;
-    Hello h;
-    memcpy(&h, r.in.data(), sizeof(h));
-    r.in.erase(0, sizeof(h));
-    auto it = state().qps.find(h.dstQpn);
-    bool ready = h.magic == kMagic && it != state().qps.end() && it->second->destQpn == h.srcQpn &&
-                 (it->second->qp.state == IBV_QPS_RTR || it->second->qp.state == IBV_QPS_RTS);
-    append(&r.out, HelloAck{kMagic, ready ? 0u : 1u});
-    flushOut(r.fd, &r.out);
-    if (!ready) return false;
-    r.hello = true;
-    r.qpn = h.dstQpn;
-  }
-  while (r.in.size() >= sizeof(Request)) {
-    auto it = state().qps.find(r.qpn);
-    if (it == state().qps.end() || it->second->qp.state == IBV_QPS_ERR || it->second->qp.state == IBV_QPS_RESET)
-      return false;  // no responder any more: the requester's retries run out
-    Request req;
-    memcpy(&req, r.in.data(), sizeof(req));
-    bool carries = req.op != IBV_WR_RDMA_READ;
-    size_t total = sizeof(req) + (carries ? req.len : 0);
-    if (r.in.size() < total) break;
-    if (!applyOne(r, it->second, req, r.in.data() + sizeof(req))) break;
-    r.in.erase(0, total);
-  }
-  return flushOut(r.fd, &r.out) && open;
 }
 
 void acceptAll() {

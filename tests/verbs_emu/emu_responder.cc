@@ -1,0 +1,133 @@
+// The emulated NIC's responder: applies the requests peers send to this process's
+// memory (keys, ranges and access checked as hardware does) and answers each.
+#include <string.h>
+
+#include "emu.h"
+#include "emu_wire.h"
+
+namespace verbs_emu {
+namespace {
+
+void respond(Responder& r, uint32_t status, const char* data = nullptr, uint32_t len = 0) {
+  append(&r.out, Response{status, data ? len : 0});
+  if (data) r.out.append(data, len);
+}
+
+void pushRecvWc(Qp* q, const RecvWr& rw, ibv_wc_status st, ibv_wc_opcode op, uint32_t len, const Request& req,
+                bool imm) {
+  ibv_wc wc{};
+  wc.wr_id = rw.wrId;
+  wc.status = st;
+  wc.opcode = op;
+  wc.byte_len = len;
+  wc.qp_num = q->qp.qp_num;
+  wc.src_qp = q->destQpn;
+  if (imm) {
+    wc.imm_data = req.imm;
+    wc.wc_flags = IBV_WC_WITH_IMM;
+  }
+  pushWc(reinterpret_cast<Cq*>(q->qp.recv_cq), wc);
+}
+
+// A send's bytes into the receive's buffers; false (and the responder's error) when they do not fit.
+ibv_wc_status scatter(Qp* q, const RecvWr& rw, const char* data, uint32_t len) {
+  uint64_t room = 0;
+  for (const ibv_sge& g : rw.sges) room += g.length;
+  if (room < len) return IBV_WC_LOC_LEN_ERR;
+  for (const ibv_sge& g : rw.sges) {
+    if (!len) break;
+    Mr* m = findLocal(q->qp.pd, g.lkey, g.addr, g.length);
+    if (!m || !(m->access & IBV_ACCESS_LOCAL_WRITE)) return IBV_WC_LOC_PROT_ERR;
+    uint32_t n = std::min(len, g.length);
+    landAscending(m->at(g.addr), data, n);
+    data += n;
+    len -= n;
+  }
+  return IBV_WC_SUCCESS;
+}
+
+// Applies the request at the head of r.in; false while it must wait (no receive posted).
+bool applyOne(Responder& r, Qp* q, const Request& req, const char* payload) {
+  auto op = static_cast<ibv_wr_opcode>(req.op);
+  bool write = op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
+  bool needsRecv = op != IBV_WR_RDMA_WRITE && op != IBV_WR_RDMA_READ;
+  Mr* target = nullptr;
+  if (write && !((q->access & IBV_ACCESS_REMOTE_WRITE) &&
+                 (target = findRemote(q->qp.pd, req.rkey, req.addr, req.len, IBV_ACCESS_REMOTE_WRITE)))) {
+    respond(r, IBV_WC_REM_ACCESS_ERR);
+    return true;
+  }
+  if (op == IBV_WR_RDMA_READ) {
+    Mr* m = (q->access & IBV_ACCESS_REMOTE_READ)
+                ? findRemote(q->qp.pd, req.rkey, req.addr, req.len, IBV_ACCESS_REMOTE_READ)
+                : nullptr;
+    if (m)
+      respond(r, IBV_WC_SUCCESS, m->at(req.addr), req.len);
+    else
+      respond(r, IBV_WC_REM_ACCESS_ERR);
+    return true;
+  }
+  if (needsRecv && q->recvs.empty()) {  // receiver not ready: the requester retries
+    double now = nowSec();
+    if (r.rnrSince == 0) r.rnrSince = now;
+    double limit = (req.rnrRetry + 1) * kRnrMs[q->minRnrTimer & 31] / 1000;
+    if (req.rnrRetry == 7 || now - r.rnrSince < limit) return false;
+    respond(r, IBV_WC_RNR_RETRY_EXC_ERR);
+    r.rnrSince = 0;
+    return true;
+  }
+  r.rnrSince = 0;
+  if (write) landAscending(target->at(req.addr), payload, req.len);
+  if (!needsRecv) {
+    respond(r, IBV_WC_SUCCESS);
+    return true;
+  }
+  RecvWr rw = q->recvs.front();
+  q->recvs.pop_front();
+  if (write) {
+    pushRecvWc(q, rw, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, req.len, req, true);
+    respond(r, IBV_WC_SUCCESS);
+    return true;
+  }
+  ibv_wc_status st = scatter(q, rw, payload, req.len);
+  pushRecvWc(q, rw, st, IBV_WC_RECV, req.len, req, op == IBV_WR_SEND_WITH_IMM);
+  respond(r, st == IBV_WC_SUCCESS ? IBV_WC_SUCCESS : IBV_WC_REM_INV_REQ_ERR);
+  if (st != IBV_WC_SUCCESS) setQpError(q);
+  return true;
+}
+
+// False when the stream must close (hello refused, or the queue pair is gone or broken).
+}  // namespace
+
+bool driveResponder(Responder& r) {
+  bool open = fillIn(r.fd, &r.in, 64u << 20);
+  if (!r.hello) {
+    if (r.in.size() < sizeof(Hello)) return open;
+    Hello h;
+    memcpy(&h, r.in.data(), sizeof(h));
+    r.in.erase(0, sizeof(h));
+    auto it = state().qps.find(h.dstQpn);
+    bool ready = h.magic == kMagic && it != state().qps.end() && it->second->destQpn == h.srcQpn &&
+                 (it->second->qp.state == IBV_QPS_RTR || it->second->qp.state == IBV_QPS_RTS);
+    append(&r.out, HelloAck{kMagic, ready ? 0u : 1u});
+    flushOut(r.fd, &r.out);
+    if (!ready) return false;
+    r.hello = true;
+    r.qpn = h.dstQpn;
+  }
+  while (r.in.size() >= sizeof(Request)) {
+    auto it = state().qps.find(r.qpn);
+    if (it == state().qps.end() || it->second->qp.state == IBV_QPS_ERR || it->second->qp.state == IBV_QPS_RESET)
+      return false;  // no responder any more: the requester's retries run out
+    Request req;
+    memcpy(&req, r.in.data(), sizeof(req));
+    bool carries = req.op != IBV_WR_RDMA_READ;
+    size_t total = sizeof(req) + (carries ? req.len : 0);
+    if (r.in.size() < total) break;
+    if (!applyOne(r, it->second, req, r.in.data() + sizeof(req))) break;
+    r.in.erase(0, total);
+  }
+  return flushOut(r.fd, &r.out) && open;
+}
+
+}  // namespace verbs_emu
