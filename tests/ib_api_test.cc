@@ -33,13 +33,7 @@ std::string scratchDir() {
 std::vector<RankResult> onFakeNodes(int nranks, const std::string& dir, const RankFn& fn,
                                     const std::function<void(int)>& extraEnv = {}, int nodes = 0) {
   return runRanks(Mode::kProcesses, nranks, fn, 120, [dir, extraEnv, nodes, nranks](int rank) {
-    setenv("NCCL_HOSTID", ("ib-api-node" + std::to_string(rank % (nodes ? nodes : nranks))).c_str(), 1);
-    setenv("NCCL_SOCKET_IFNAME", "lo", 1);
-    setenv("STRATA_IBVERBS_LIB", STRATA_VERBS_EMU_PATH, 1);
-    setenv("NCCL_NET", "IB", 1);
-    setenv("NCCL_DEBUG", "INFO", 1);
-    setenv("NCCL_DEBUG_SUBSYS", "NET", 1);
-    setenv("NCCL_DEBUG_FILE", (dir + "/net.%p.log").c_str(), 1);
+    useEmulatedIb("ib-api-node", rank % (nodes ? nodes : nranks), STRATA_VERBS_EMU_PATH, dir);
     if (extraEnv) extraEnv(rank);
     reloadEnvironment();
     return std::string();

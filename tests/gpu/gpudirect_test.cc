@@ -75,13 +75,7 @@ std::vector<std::vector<std::string>> exchangeLines(const std::vector<std::pair<
   EXPECT_NE(mkdtemp(tmpl), nullptr);
   std::string dir = tmpl;
   auto results = runRanks(Mode::kProcesses, 2, exchange, 120, [dir, env](int rank) {
-    setenv("NCCL_HOSTID", ("gpudirect-node" + std::to_string(rank)).c_str(), 1);
-    setenv("NCCL_SOCKET_IFNAME", "lo", 1);
-    setenv("STRATA_IBVERBS_LIB", STRATA_VERBS_EMU_PATH, 1);
-    setenv("NCCL_NET", "IB", 1);
-    setenv("NCCL_DEBUG", "INFO", 1);
-    setenv("NCCL_DEBUG_SUBSYS", "NET", 1);
-    setenv("NCCL_DEBUG_FILE", (dir + "/net.%p.log").c_str(), 1);
+    useEmulatedIb("gpudirect-node", rank, STRATA_VERBS_EMU_PATH, dir);
     for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
     reloadEnvironment();
     return std::string();

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 namespace strata::test {
@@ -133,6 +134,16 @@ std::string failures(const std::vector<RankResult>& results) {
   for (const RankResult& r : results)
     if (!r.error.empty()) out += "rank " + std::to_string(r.rank) + ": " + r.error + "\n";
   return out;
+}
+
+void useEmulatedIb(const std::string& prefix, int node, const char* emuPath, const std::string& logDir) {
+  setenv("NCCL_HOSTID", (prefix + std::to_string(node)).c_str(), 1);
+  setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+  setenv("STRATA_IBVERBS_LIB", emuPath, 1);
+  setenv("NCCL_NET", "IB", 1);
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", "NET", 1);
+  setenv("NCCL_DEBUG_FILE", (logDir + "/net.%p.log").c_str(), 1);
 }
 
 std::string ncclFailure(const char* call, ncclResult_t r) {

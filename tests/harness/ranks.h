@@ -39,6 +39,11 @@ std::string readAll(int fd);
 // Makes this process re-read the environment (ncclResetDebugInit, which NCCL's header deprecates).
 void reloadEnvironment();
 
+// In a forked rank: this process is node `node` (NCCL_HOSTID "<prefix><node>") over
+// IB on the user-space verbs device at `emuPath`, logging NET lines at INFO to
+// <logDir>/net.<pid>.log. The caller reloads the environment after its own settings.
+void useEmulatedIb(const std::string& prefix, int node, const char* emuPath, const std::string& logDir);
+
 // Formats a failing NCCL call with its code and ncclGetLastError().
 std::string ncclFailure(const char* call, ncclResult_t r);
 
