@@ -7,6 +7,7 @@
 #include <set>
 #include <thread>
 
+#include "base/clock.h"
 #include "base/config.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -251,10 +252,23 @@ void Bootstrap::send(int peer, MsgKind kind, uint64_t seq, const std::string& pa
   }
 }
 
+bool Bootstrap::peerGone(int peer) const { return PostOffice::instance().peerGone(addrs_[peer]); }
+
 void Bootstrap::checkAlive(int peer) {
   FailureNote note;  // the rank this one waits for (or one it waits for) gave up, and said why
   if (takeFailure(&note))
     fail(ncclRemoteError, "rank %d: stopped waiting for rank %d, after: %s", rank_, peer, note.why.c_str());
+  // In an all-gather any member that exited dooms the exchange, not only the awaited
+  // one (whose process this one may never have had a connection to): every 100 ms, all
+  // of them. Point-to-point exchanges wait on their peer alone (others may be done).
+  if (collective_ && !PostOffice::instance().peerGone(addrs_[peer]) && nowSec() >= nextMemberCheck_) {
+    nextMemberCheck_ = nowSec() + 0.1;
+    for (int r = 0; r < size(); ++r)
+      if (r != rank_ && PostOffice::instance().peerGone(addrs_[r])) {
+        peer = r;
+        break;
+      }
+  }
   if (PostOffice::instance().peerGone(addrs_[peer])) {
     if (takeFailure(&note, 0.1))  // it gave up (and said why) before it exited
       fail(ncclRemoteError, "rank %d: rank %d exited while this rank waited for it, after: %s", rank_, peer,
@@ -289,6 +303,11 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
   uint64_t seq = ++collectiveSeq_;
   int n = size();
   if (n == 1) return {mine};
+  struct Collective {
+    bool& flag;
+    explicit Collective(bool& f) : flag(f) { flag = true; }
+    ~Collective() { flag = false; }
+  } during(collective_);
   if (rank_ != 0) {
     send(0, MsgKind::kGather, seq, mine);
     return unpackBlobs(recv(0, MsgKind::kScatter, seq, {}, 2.0));

@@ -58,6 +58,9 @@ class Bootstrap {
 
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(addrs_.size()); }
+  // True once the bootstrap connection this process keeps to `peer`'s process was
+  // closed by it (the process exited); false while open or where none was made.
+  bool peerGone(int peer) const;
   uint64_t magic() const { return magic_; }
 
   void send(int peer, MsgKind kind, uint64_t seq, const std::string& payload);
@@ -105,6 +108,8 @@ class Bootstrap {
   std::vector<SockAddr> addrs_;
   WaitCheck waitCheck() const;  // check_ plus the stop signal, for one wait
   void checkAlive(int peer);  // throws once peer's process exited or another rank reported a failure
+  double nextMemberCheck_ = 0;  // when checkAlive next looks at every member, not only the awaited one
+  bool collective_ = false;     // in an all-gather: every member's exit dooms it
   WaitCheck check_;
   const std::atomic<uint64_t>* stopEpoch_ = nullptr;
   std::function<std::string()> stopWhy_;

@@ -18,6 +18,9 @@ namespace {
 
 inline void cpuRelax() { __builtin_ia32_pause(); }
 
+// How long a rank waits before it asks whether the peer's process is gone.
+constexpr double kExitedPeerSec = 0.2;
+
 }  // namespace
 
 Executor::~Executor() {
@@ -215,6 +218,23 @@ void Executor::checkHealth(double idleSec) {
       failAll(ncclRemoteError,
               format("%s: rank %d: rank %d (pid %d) exited while this rank waited for it", t.fn(), comm.rank(), peer,
                      comm.peer(peer).pid),
+              Cause::kHere, peer);
+    }
+    // A peer that exited before the data connection to it was made (or whose transport
+    // cannot tell, such as a connection still being set up) is known by the bootstrap
+    // connection this process keeps to it: closed by its end. Checked once the wait has
+    // lasted a little, so that what a finished peer sent before exiting is taken first.
+    if (peer >= 0 && idleSec > kExitedPeerSec && comm.bootstrap().peerGone(peer)) {
+      if (sweepOrFail()) return;
+      Bootstrap::FailureNote note;
+      if (comm.bootstrap().takeFailure(&note, 0.1))
+        failAll(ncclRemoteError,
+                format("%s: rank %d: rank %d (pid %d) exited while this rank waited for it, after: %s", t.fn(),
+                       comm.rank(), peer, comm.peer(peer).pid, note.why.c_str()),
+                Cause::kTold);
+      failAll(ncclRemoteError,
+              format("%s: rank %d: rank %d (pid %d) exited while this rank waited for it (its bootstrap connection "
+                     "closed)", t.fn(), comm.rank(), peer, comm.peer(peer).pid),
               Cause::kHere, peer);
     }
     if (idleSec > config().timeoutSec) {
