@@ -61,13 +61,6 @@ std::string exchange(int rank, int n, const ncclUniqueId& id) {
   return err;
 }
 
-// The number before `what` in a line, -1 when absent.
-long long countOf(const std::string& line, const std::string& what) {
-  std::smatch m;
-  if (!std::regex_search(line, m, std::regex("(\\d+) " + what))) return -1;
-  return std::stoll(m[1]);
-}
-
 // Runs exchange() on two ranks as processes on two fake nodes over IB on the
 // emulator, each with `env` set too; returns each rank's "NET counters" lines.
 std::vector<std::vector<std::string>> exchangeLines(const std::vector<std::pair<std::string, std::string>>& env) {
@@ -81,14 +74,7 @@ std::vector<std::vector<std::string>> exchangeLines(const std::vector<std::pair<
     return std::string();
   });
   EXPECT_EQ(failures(results), "");
-  std::vector<std::vector<std::string>> out;
-  for (const auto& f : std::filesystem::directory_iterator(dir)) {
-    if (f.path().extension() != ".log") continue;
-    std::ifstream in(f.path());
-    out.emplace_back();
-    for (std::string line; std::getline(in, line);)
-      if (line.find("NET counters, ncclSend and 1 more") != std::string::npos) out.back().push_back(line);
-  }
+  auto out = counterLines(dir, "ncclSend and 1 more");
   std::filesystem::remove_all(dir);
   return out;
 }

@@ -5,7 +5,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
 #include <cstdlib>
 #include <thread>
 
@@ -144,6 +148,33 @@ void useEmulatedIb(const std::string& prefix, int node, const char* emuPath, con
   setenv("NCCL_DEBUG", "INFO", 1);
   setenv("NCCL_DEBUG_SUBSYS", "NET", 1);
   setenv("NCCL_DEBUG_FILE", (logDir + "/net.%p.log").c_str(), 1);
+}
+
+std::vector<std::vector<std::string>> rankLogs(const std::string& logDir) {
+  std::vector<std::vector<std::string>> out;
+  for (const auto& f : std::filesystem::directory_iterator(logDir)) {
+    if (f.path().extension() != ".log") continue;
+    std::ifstream in(f.path());
+    out.emplace_back();
+    for (std::string line; std::getline(in, line);) out.back().push_back(line);
+  }
+  return out;
+}
+
+std::vector<std::vector<std::string>> counterLines(const std::string& logDir, const std::string& fn) {
+  auto logs = rankLogs(logDir);
+  std::string want = "NET counters, " + fn;
+  for (auto& lines : logs)
+    lines.erase(std::remove_if(lines.begin(), lines.end(),
+                               [&](const std::string& l) { return l.find(want) == std::string::npos; }),
+                lines.end());
+  return logs;
+}
+
+long long countOf(const std::string& line, const std::string& what) {
+  std::smatch m;
+  if (!std::regex_search(line, m, std::regex("(\\d+) " + what))) return -1;
+  return std::stoll(m[1]);
 }
 
 std::string ncclFailure(const char* call, ncclResult_t r) {

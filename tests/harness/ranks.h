@@ -44,6 +44,13 @@ void reloadEnvironment();
 // <logDir>/net.<pid>.log. The caller reloads the environment after its own settings.
 void useEmulatedIb(const std::string& prefix, int node, const char* emuPath, const std::string& logDir);
 
+// The lines of each rank's log (one entry per <logDir>/*.log, as useEmulatedIb writes them).
+std::vector<std::vector<std::string>> rankLogs(const std::string& logDir);
+// Each rank's "NET counters" lines for groups that begin with `fn`, in order.
+std::vector<std::vector<std::string>> counterLines(const std::string& logDir, const std::string& fn);
+// The number before `what` in a counters line ("3 puts" -> 3; `what` is a regex), -1 when absent.
+long long countOf(const std::string& line, const std::string& what);
+
 // Formats a failing NCCL call with its code and ncclGetLastError().
 std::string ncclFailure(const char* call, ncclResult_t r);
 

@@ -41,7 +41,7 @@ struct Comm;
 
 struct Request {
   Comm* comm = nullptr;
-  int kind = 0;  // 0 free, 1 send, 2 receive
+  int kind = 0;  // 0 free, 1 send, 2 receive, 3 a GPUDirect flush (RecvComm::flushReq)
   int pending = 0;  // completions still expected
   size_t bytes = 0;
 };
