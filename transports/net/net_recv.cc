@@ -1,0 +1,187 @@
+#include <cstring>
+#include <deque>
+
+#include "transports/net/net_connection.h"
+
+namespace strata::transport::net {
+namespace {
+
+class NetRecv final : public NetConnection, public RecvConnection, public PutReceiver {
+ public:
+  NetRecv(const ConnectRequest& req, Network& net, LiveConnections& live, std::string* handle)
+      : NetConnection(req, net, live) {
+    char h[kHandleBytes] = {};
+    listen_ = net.listen(dev_, h);
+    handle->assign(h, kHandleBytes);
+    if (!puts_) return;
+    memset(h, 0, kHandleBytes);
+    putListen_ = net.listen(dev_, h);
+    handle->append(h, kHandleBytes);
+  }
+  ~NetRecv() override {
+    retire();
+    closeAll();
+  }
+  PutReceiver* puts() override { return puts_ ? this : nullptr; }
+
+  // PutReceiver: each offer is a receive into the caller's memory, registered for it.
+  bool tryOffer(void* dst, size_t bytes, const Registration& reg) override {
+    STRATA_REQUIRE(reg.live() && reg.covers(dst, bytes), ncclInvalidUsage,
+                   "net transport: rank %d offered %zu bytes at %p outside a live registration", self_, bytes, dst);
+    std::lock_guard<std::mutex> lock(mu_);
+    progressLocked();
+    if (!putError_.empty() && !failed_) failWith(Error(ncclRemoteError, putError_));
+    if (failed_ || !putComm_ || offers_.size() >= kMaxOffers) return false;
+    void* mh = nullptr;
+    try {
+      mh = regPut(putComm_, dst, bytes);
+      if (void* r = net_.irecv(putComm_, dst, bytes, 0, mh)) {
+        offers_.push_back({r, mh, dst, bytes});
+        return true;
+      }
+    } catch (const Error& e) {
+      if (mh) deregPut(putComm_, mh);
+      if (e.code() == ncclInvalidUsage) throw;
+      failWith(e);
+      return false;
+    }
+    deregPut(putComm_, mh);
+    return false;
+  }
+  bool tryPutDone(size_t* bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    progressLocked();
+    if (failed_ || offers_.empty()) return false;
+    Offer& o = offers_.front();
+    try {
+      if (!o.arrived && !net_.test(o.request, &o.got)) return false;
+      o.arrived = true;
+      // Into device memory: the NIC's writes are made visible to the GPU first.
+      if (onDevice(o.mh) && !o.flushed) {
+        if (!o.flush && !net_.iflush(putComm_, o.dst, o.got, o.mh, &o.flush)) return false;
+        if (o.flush && !net_.test(o.flush, nullptr)) return false;
+        o.flushed = true;
+      }
+    } catch (const Error& e) {
+      failWith(e);
+      return false;
+    }
+    *bytes = o.got;
+    deregPut(putComm_, o.mh);
+    offers_.pop_front();
+    return true;
+  }
+
+  const void* tryData(size_t* bytes) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    progressLocked();
+    if (arrived_ == consumed_) return nullptr;
+    *bytes = sizes_[consumed_ % slots_];
+    return slot(consumed_);
+  }
+  void release() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++consumed_;
+    progressLocked();
+  }
+  // The sender learns of it from its network: the connection, or the listener, closes.
+  void abort() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    failed_ = true;
+    aborted_ = true;
+    closeAll();
+  }
+  // Once the connection failed and the rank has taken every message that came before
+  // (a sender that is done closes after its last one; that one is still delivered).
+  bool peerAborted() const override {
+    if (!failed_) return false;
+    std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mu_));
+    return aborted_ || arrived_ == consumed_;
+  }
+
+ private:
+  static constexpr size_t kMaxOffers = 8;
+  struct Offer {
+    void* request;
+    void* mh;
+    void* dst;
+    size_t bytes;
+    size_t got = 0;
+    bool arrived = false, flushed = false;
+    void* flush = nullptr;  // the network's flush request, once asked
+  };
+  void closeAll() {
+    closeComm(comm_, &Network::closeRecv, &mh_);
+    comm_ = nullptr;
+    closeListener(&listen_);
+    if (putComm_) {
+      for (Offer& o : offers_) deregPut(putComm_, o.mh);
+      closeComm(putComm_, &Network::closeRecv, nullptr);
+    }
+    offers_.clear();
+    putComm_ = nullptr;
+    closeListener(&putListen_);
+  }
+  void closeListener(void** listener) {
+    if (!*listener) return;
+    try {
+      net_.closeListen(*listener);
+    } catch (const Error& e) {
+      STRATA_INFO(kSubsysNet, self_, "net transport: closing the listener for rank %d: %s", peer_, e.what());
+    }
+    *listener = nullptr;
+  }
+  bool needsSweep() const override { return (!comm_ && listen_) || (!putComm_ && putListen_); }
+  void step() override {
+    if (!putComm_ && putListen_) {
+      try {
+        putComm_ = net_.accept(putListen_);
+      } catch (const Error& e) {  // the slots still work (a sender that is done may have closed): only puts fail
+        putError_ = e.what();
+        STRATA_INFO(kSubsysNet, self_, "net transport: no puts from rank %d: %s", peer_, e.what());
+        closeListener(&putListen_);
+      }
+    }
+    if (!comm_) {
+      if (!listen_) return;
+      comm_ = net_.accept(listen_);
+      if (!comm_) return;
+      mh_ = net_.regMr(comm_, memory_.data(), memory_.size(), abi::kPtrHost);
+      count(live_.moved.registrations, 1);
+    }
+    // What arrived first: a network that has failed since refuses new receives, and
+    // what came before the failure must still reach the rank.
+    for (; arrived_ < posted_; ++arrived_) {
+      size_t n = 0;
+      if (!net_.test(requests_[arrived_ % slots_], &n)) break;
+      STRATA_REQUIRE(n <= slotBytes_, ncclSystemError, "net transport: %zu bytes arrived in a slot of %zu", n,
+                     slotBytes_);
+      sizes_[arrived_ % slots_] = n;
+    }
+    for (; posted_ < consumed_ + slots_; ++posted_) {
+      void* r = net_.irecv(comm_, slot(posted_), slotBytes_, 0, mh_);
+      if (!r) break;
+      requests_[posted_ % slots_] = r;
+    }
+  }
+
+  void* listen_ = nullptr;
+  void* comm_ = nullptr;
+  void* putListen_ = nullptr;
+  void* putComm_ = nullptr;
+  std::deque<Offer> offers_;  // posted, oldest first
+  std::string putError_;  // why the put comm could not come up
+  uint64_t posted_ = 0, arrived_ = 0, consumed_ = 0;  // receives posted, completed, released by the rank
+  bool aborted_ = false;  // by this rank
+};
+
+}  // namespace
+
+std::unique_ptr<RecvConnection> newNetRecv(const ConnectRequest& req, Network& net, LiveConnections& live,
+                                           std::string* handle) {
+  auto c = std::make_unique<NetRecv>(req, net, live, handle);
+  c->enlist();
+  return c;
+}
+
+}  // namespace strata::transport::net
