@@ -20,6 +20,15 @@ class Task {
   virtual bool peerAborted() const = 0;
   // The API call this task belongs to, for messages.
   virtual const char* fn() const = 0;
+  // True when `next`, the task after this one in its lane, may begin before this one
+  // is done: both are receives that wait on nothing but their own transfer, and
+  // this one has begun. The executor then calls next.startEarly(), which begins
+  // without completing anything (completions stay in lane order).
+  virtual bool overlaps(const Task& next) const {
+    (void)next;
+    return false;
+  }
+  virtual bool startEarly() { return false; }
 };
 
 // What a task last waited for: one rank and one connection. Only that

@@ -126,6 +126,56 @@ TEST(IbCounters, LargeSendIsOneRdmaWriteIntoTheReceiversBuffer) {
   std::filesystem::remove_all(dir);
 }
 
+// Point-to-point receives from one peer in one group post as one grouped receive:
+// eight ncclRecv of one-sided writes cost the receiver one FIFO write, and the
+// sender one data write each plus the one that completes the group.
+TEST(IbCounters, ReceivesFromOnePeerInAGroupAreOneGroupedReceive) {
+  std::string dir = scratchDir();
+  constexpr int kIters = 4, kMsgs = 8;
+  constexpr size_t kBytes = 64 * 1024 + 12;
+  auto results = onFakeNodes(2, dir, [](int rank, int n, const ncclUniqueId& id) -> std::string {
+    ncclComm_t comm;
+    RANK_NCCL(ncclCommInitRank(&comm, n, id, rank));
+    std::vector<std::vector<unsigned char>> buf(kMsgs, std::vector<unsigned char>(kBytes + 7 * kMsgs));
+    for (int it = 0; it < kIters; ++it) {
+      RANK_NCCL(ncclGroupStart());
+      for (int m = 0; m < kMsgs; ++m) {
+        size_t bytes = kBytes + 7 * m;  // each its own size: a swap would show
+        if (rank == 1) {
+          for (size_t i = 0; i < bytes; ++i) buf[m][i] = static_cast<unsigned char>(i * 5 + m * 11 + it);
+          RANK_NCCL(ncclSend(buf[m].data(), bytes, ncclUint8, 0, comm, nullptr));
+        } else {
+          RANK_NCCL(ncclRecv(buf[m].data(), bytes, ncclUint8, 1, comm, nullptr));
+        }
+      }
+      RANK_NCCL(ncclGroupEnd());
+      for (int m = 0; rank == 0 && m < kMsgs; ++m)
+        for (size_t i = 0; i < kBytes + 7 * m; ++i)
+          if (buf[m][i] != static_cast<unsigned char>(i * 5 + m * 11 + it))
+            return "message " + std::to_string(m) + ": wrong byte at " + std::to_string(i);
+    }
+    ncclCommDestroy(comm);
+    return "";
+  });
+  ASSERT_EQ(failures(results), "");
+  auto recvs = counterLines(dir, "ncclRecv and 7 more operations of the group:");
+  auto sends = counterLines(dir, "ncclSend and 7 more operations of the group:");
+  auto ofOneRank = [](const std::vector<std::vector<std::string>>& files) {  // the rank whose log has them
+    std::vector<std::string> lines;
+    for (const auto& f : files) lines.insert(lines.end(), f.begin(), f.end());
+    return lines;
+  };
+  std::vector<std::string> recv = ofOneRank(recvs), send = ofOneRank(sends);
+  ASSERT_EQ(recv.size(), static_cast<size_t>(kIters));
+  ASSERT_EQ(send.size(), static_cast<size_t>(kIters));
+  for (int it = 1; it < kIters; ++it) {  // the first also brings the connections up
+    EXPECT_EQ(countOf(recv[it], "FIFO writes"), 1) << recv[it];
+    EXPECT_EQ(countOf(send[it], "puts"), kMsgs) << send[it];
+    EXPECT_EQ(countOf(send[it], "data writes"), kMsgs + 1) << send[it];
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // A sysfs tree as the kernel lays it out for two RDMA devices: semu0 at PCI
 // 0000:3b:00.0 on NUMA node `numa0`, semu1 at 0000:5e:00.0 on NUMA node `numa1`.
 void fakeSysfs(const std::string& root, int numa0, int numa1) {

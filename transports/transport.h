@@ -74,8 +74,11 @@ class PutReceiver {
   virtual ~PutReceiver() = default;
   // Where the sender's next put goes (offers are used in order); false while
   // too many offers are outstanding (call again). Throws ncclInvalidUsage
-  // unless `reg` is live and covers [dst, dst + bytes).
-  virtual bool tryOffer(void* dst, size_t bytes, const Registration& reg) = 0;
+  // unless `reg` is live and covers [dst, dst + bytes). `independent`: nothing the
+  // peer sends depends on this receive completing (a point-to-point receive); the
+  // transport may then post it with the independent offers made right after it as
+  // one grouped receive, which completes as a whole (Network::irecv).
+  virtual bool tryOffer(void* dst, size_t bytes, const Registration& reg, bool independent) = 0;
   // True once the oldest offer has been written; *bytes gets what was written.
   virtual bool tryPutDone(size_t* bytes) = 0;
 };

@@ -28,6 +28,13 @@ class P2pTask final : public Task {
     return offset_ == a_.bytes && (a_.mode != P2pTaskArgs::Mode::kPut || !a_.send || a_.send->puts()->putsComplete());
   }
   int waitingOn() const override { return a_.peer; }
+  // Point-to-point receives of one-sided writes from one peer: the transport may
+  // post their offers as one grouped receive (PutReceiver::tryOffer).
+  bool overlaps(const Task& next) const override {
+    auto* n = dynamic_cast<const P2pTask*>(&next);
+    return offered_ && receivesPut() && n && n->receivesPut() && n->a_.recv == a_.recv;
+  }
+  bool startEarly() override { return receivesPut() && !offered_ && offer(); }
   const char* fn() const override { return a_.fn; }
   bool peerAborted() const override { return a_.send ? a_.send->peerAborted() : a_.recv->peerAborted(); }
 
@@ -60,11 +67,15 @@ class P2pTask final : public Task {
     offset_ = a_.bytes;
     return true;
   }
+  bool receivesPut() const { return a_.recv && a_.mode == P2pTaskArgs::Mode::kPut; }
+  bool offer() { return offered_ = a_.recv->puts()->tryOffer(a_.buffer, a_.bytes, *a_.reg, true); }
+  // Offered in one call, completed in a later one: the receives behind it in the
+  // lane offer in between (overlaps), and may be posted with it.
   bool receivePut() {
     if (offset_ == a_.bytes) return false;
-    bool offeredNow = !offered_ && (offered_ = a_.recv->puts()->tryOffer(a_.buffer, a_.bytes, *a_.reg));
+    if (!offered_) return offer();
     size_t got = 0;
-    if (!offered_ || !a_.recv->puts()->tryPutDone(&got)) return offeredNow;  // waiting is not progress
+    if (!a_.recv->puts()->tryPutDone(&got)) return false;  // waiting is not progress
     return received(got);
   }
 

@@ -50,7 +50,9 @@ class RingTask final : public Task {
     for (; a_.putsIn && offered_ < sched_.numSteps(); ++offered_) {
       RingStep s = sched_.step(offered_);
       if (!putIn(s)) continue;
-      if (!a_.fromPrev->puts()->tryOffer(a_.recvbuff + s.dstOffset * esize_, s.count * esize_, *a_.outputReg))
+      bool independent = false;  // the ring forwards what it receives: a group could wait on itself
+      if (!a_.fromPrev->puts()->tryOffer(a_.recvbuff + s.dstOffset * esize_, s.count * esize_, *a_.outputReg,
+                                         independent))
         break;
       moved = true;
     }

@@ -165,6 +165,11 @@ bool Executor::sweep() {
       if (!t.done()) break;
       ++lane.head;
     }
+    // Tasks the head lets begin early (algorithms::Task::overlaps), a few at most.
+    for (size_t i = lane.head; i + 1 < lane.tasks.size() && i - lane.head < kOverlap; ++i) {
+      if (!lane.tasks[i]->overlaps(*lane.tasks[i + 1])) break;
+      moved |= lane.tasks[i + 1]->startEarly();
+    }
     if (!lane.idle()) allDone_ = false;
   }
   if (allDone_ && transport::needsPolling())  // not done until the last socket sends are out

@@ -32,6 +32,9 @@ class Executor {
   void run();
 
  private:
+  // Tasks of a lane in flight at once where they overlap (Task::overlaps): eight, the
+  // most receives a network groups (transports/net/network.h kMaxRecvs).
+  static constexpr size_t kOverlap = 7;
   struct Lane {
     Communicator* comm;
     std::vector<std::unique_ptr<algorithms::Task>> tasks;  // in call order; tasks before `head` are done

@@ -284,9 +284,9 @@ TEST_P(Conformance, OneSidedWritesIntoRegisteredMemory) {
         std::vector<unsigned char> dst((64 << 20) + 16, 0);
         auto reg = t.registerMemory(dst.data(), dst.size());
         ASSERT_TRUE(reg);
-        EXPECT_THROW(in.puts()->tryOffer(dst.data() + 16, dst.size(), *reg), Error) << "outside the registration";
+        EXPECT_THROW(in.puts()->tryOffer(dst.data() + 16, dst.size(), *reg, false), Error) << "outside the registration";
         for (size_t m = 0; m < sizes.size(); ++m) {
-          ASSERT_TRUE(within([&] { return in.puts()->tryOffer(dst.data(), sizes[m], *reg); }));
+          ASSERT_TRUE(within([&] { return in.puts()->tryOffer(dst.data(), sizes[m], *reg, false); }));
           size_t got = 0;
           ASSERT_TRUE(within([&] { return in.puts()->tryPutDone(&got); })) << "write " << m;
           ASSERT_EQ(got, sizes[m]);
@@ -295,14 +295,14 @@ TEST_P(Conformance, OneSidedWritesIntoRegisteredMemory) {
         void* shared = allocateShared(1 << 20);  // ncclMemAlloc's memory: a mapped copy, no system call
         ASSERT_TRUE(shared);
         auto sreg = t.registerMemory(shared, 1 << 20);
-        ASSERT_TRUE(within([&] { return in.puts()->tryOffer(shared, 4096, *sreg); }));
+        ASSERT_TRUE(within([&] { return in.puts()->tryOffer(shared, 4096, *sreg, false); }));
         size_t got = 0;
         ASSERT_TRUE(within([&] { return in.puts()->tryPutDone(&got); }));
         for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(static_cast<unsigned char*>(shared)[i], pattern(sizes.size(), i));
         freeShared(shared);
-        ASSERT_TRUE(within([&] { return in.puts()->tryOffer(dst.data(), 16, *reg); }));
+        ASSERT_TRUE(within([&] { return in.puts()->tryOffer(dst.data(), 16, *reg, false); }));
         reg->deregister();
-        EXPECT_THROW(in.puts()->tryOffer(dst.data(), 16, *reg), Error) << "after deregistration";
+        EXPECT_THROW(in.puts()->tryOffer(dst.data(), 16, *reg, false), Error) << "after deregistration";
         std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let the refused write happen
       });
 }

@@ -24,6 +24,7 @@
 #include "transports/ib/mr_cache.h"
 #include "transports/net/nccl_net.h"
 #include "transports/net/net_transport.h"
+#include "ib_emu.h"
 #include "network_link.h"
 
 namespace strata::transport::ib {
@@ -35,14 +36,6 @@ const int kEnv = [] {
   setenv("NCCL_SOCKET_IFNAME", "lo", 0);
   return 0;
 }();
-
-// RDMA writes a message part of `bytes` takes: the port's max_msg_sz at most each
-// (the emulator's, STRATA_VERBS_EMU_MAX_MSG: the .small_max_msg variant sets 64 KiB).
-uint64_t writesFor(size_t bytes) {
-  const char* v = getenv("STRATA_VERBS_EMU_MAX_MSG");
-  size_t most = v ? static_cast<size_t>(atoll(v)) : (size_t(1) << 30);
-  return bytes == 0 ? 1 : (bytes + most - 1) / most;
-}
 
 TEST(HcaFilter, PrefixExactExcludeAndPorts) {
   EXPECT_TRUE(HcaFilter("").selects("mlx5_3", 1));
@@ -183,11 +176,6 @@ TEST(IbDevices, GidTypesFromSysfsWithoutQueryGidEx) {
   EXPECT_EQ(chooseGidIndex(*v, ps[0].ctx, ps[0].device, 1, ps[0].attr, root), 1);  // ibv_query_gid_ex agrees
   std::filesystem::remove_all(root);
 }
-
-// A connected pair over the emulator.
-struct Link : net::Link {
-  Link() : net::Link(ibNetwork()) {}
-};
 
 TEST(IbNetwork, OverTheEmulatorMessagesLandInTheReceiversBufferAndNothingRegistersInTheLoop) {
   Link l;
@@ -446,7 +434,7 @@ struct PutLink {
     for (int it = 0; it <= iterations; ++it) {
       if (it == 1) before = counters().registrations;
       for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint32_t>(it * 7919 + i);
-      EXPECT_TRUE(within([&] { return in->puts()->tryOffer(dst.data(), dst.size() * 4, reg); }));
+      EXPECT_TRUE(within([&] { return in->puts()->tryOffer(dst.data(), dst.size() * 4, reg, false); }));
       EXPECT_TRUE(within([&] { return out->puts()->tryPut(src.data(), src.size() * 4); }));
       size_t got = 0;
       EXPECT_TRUE(within([&] { return in->puts()->tryPutDone(&got); }));
@@ -474,7 +462,7 @@ TEST(IbPuts, OneRdmaWriteEachAndNothingRegisteredForUserRegisteredBuffers) {
   EXPECT_EQ(after.bytesSent - before.bytesSent, 21u * (4u << 20));
   dstReg->deregister();
   srcReg->deregister();
-  EXPECT_THROW(l.in->puts()->tryOffer(dst.data(), 16, *dstReg), Error);
+  EXPECT_THROW(l.in->puts()->tryOffer(dst.data(), 16, *dstReg, false), Error);
 }
 
 TEST(IbPuts, UnregisteredBuffersRegisterForEachPut) {

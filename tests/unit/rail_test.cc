@@ -27,7 +27,7 @@ class Devices final : public Network {
   void* regMr(void*, void*, size_t, int) override { return nullptr; }
   void deregMr(void*, void*) override {}
   void* isend(void*, void*, size_t, int, void*) override { return nullptr; }
-  void* irecv(void*, void*, size_t, int, void*) override { return nullptr; }
+  void* irecv(void*, int, const RecvBuffer*) override { return nullptr; }
   bool test(void*, size_t*) override { return false; }
   void closeSend(void*) override {}
   void closeRecv(void*) override {}

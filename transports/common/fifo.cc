@@ -202,7 +202,7 @@ class FifoReceiver final : public RecvConnection, public PutReceiver, public Get
     return true;
   }
 
-  bool tryOffer(void* dst, size_t bytes, const Registration& reg) override {
+  bool tryOffer(void* dst, size_t bytes, const Registration& reg, bool) override {
     checkRegistration(dst, bytes, reg);
     if (posted_ - completed_ >= kMaxOffers) return false;
     describe(h_->offers[posted_ % kMaxOffers], dst, bytes);

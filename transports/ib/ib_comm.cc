@@ -9,19 +9,23 @@
 
 namespace strata::transport::ib {
 
+// Per queue pair: every receive of every slot (messages above max_msg_sz take
+// several writes; a grouped receive one more), and the FIFO writes.
+constexpr int kSendWrs = 4 * kDepth * kMaxRecvs;
+
 void QpSet::create(const Port& p, int queuePairs) {
   const Verbs& v = *verbs();
   port = &p;
   nqps = queuePairs;
   // Room for every completion in flight: per QP the send queue and the receive queue.
-  cq = v.createCq(p.ctx, (4 * kDepth + kDepth) * nqps + 16, nullptr, nullptr, 0);
+  cq = v.createCq(p.ctx, (kSendWrs + kDepth) * nqps + 16, nullptr, nullptr, 0);
   if (!cq) fail(ncclSystemError, "IB %s:%d: ibv_create_cq failed: %s", p.device.c_str(), p.port, strerror(errno));
   for (int i = 0; i < nqps; ++i) {
     ibv_qp_init_attr a{};
     a.send_cq = cq;
     a.recv_cq = cq;
     a.qp_type = IBV_QPT_RC;
-    a.cap.max_send_wr = 4 * kDepth;  // messages above max_msg_sz take several writes
+    a.cap.max_send_wr = kSendWrs;
     a.cap.max_recv_wr = kDepth;
     a.cap.max_send_sge = 1;
     a.cap.max_recv_sge = 1;
@@ -54,7 +58,10 @@ void QpSet::connectTo(const WireInfo& peer) {
   const Verbs& v = *verbs();
   peerHost.assign(peer.host, strnlen(peer.host, sizeof(peer.host)));
   peerPid = peer.pid;
-  STRATA_REQUIRE(peer.magic == kMagic && static_cast<int>(peer.nqps) == nqps, ncclInvalidUsage,
+  STRATA_REQUIRE(peer.magic == kMagic, ncclInvalidUsage,
+                 "IB: %s (pid %u) speaks another version of Strata's IB protocol (0x%08x, this process 0x%08x): run "
+                 "one Strata build on every rank", peerHost.c_str(), peerPid, peer.magic, kMagic);
+  STRATA_REQUIRE(static_cast<int>(peer.nqps) == nqps, ncclInvalidUsage,
                  "IB: %s (pid %u) uses %u queue pairs per connection, this process %d: set NCCL_IB_QPS_PER_CONNECTION "
                  "alike on every rank", peerHost.c_str(), peerPid, peer.nqps, nqps);
   STRATA_REQUIRE(peer.linkLayer == port->attr.link_layer, ncclInvalidUsage,

@@ -9,24 +9,36 @@
 #include <string>
 
 #include "transports/ib/ib_devices.h"
+#include "transports/net/network.h"
 
 namespace strata::transport::ib {
 
 constexpr int kDepth = 32;  // requests in flight per connection (NCCL_NET_MAX_REQUESTS)
 constexpr int kMaxQps = 16;
-constexpr uint32_t kMagic = 0x53494231;  // "SIB1"
+constexpr int kMaxRecvs = net::kMaxRecvs;  // receives per FIFO slot (one grouped irecv)
+constexpr uint32_t kMagic = 0x53494232;  // "SIB2": FIFO slots of kMaxRecvs entries
 
-// One posted receive, as the receiver writes it into the sender's FIFO; `seq`
-// (the receive's index + 1) is written last and read first.
+// One receive of a posted irecv, as the receiver writes it into the sender's FIFO:
+// every entry of the group carries the group's size `nreqs` and `seq` (the
+// irecv's index + 1), so the sender knows when the whole group has landed.
 struct FifoEntry {
   uint64_t addr;
-  uint32_t rkey, size, tag, pad;
+  uint32_t rkey, size, tag, nreqs;
   uint64_t seq;
 };
 // 32 bytes in a page-aligned array: an entry never straddles a 64-byte line, so the
 // NIC's in-order write of it (no relaxed ordering on the FIFO's registration) makes
 // `seq` visible with the rest.
 static_assert(sizeof(FifoEntry) == 32, "FIFO entries are 32 bytes");
+
+// Each end's FIFO memory, page-aligned and registered. The sender's: the entries
+// the receiver writes, and the sizes it writes back to a grouped receive (their
+// source). The receiver's: the entries it posts (the source of its FIFO writes),
+// and where the sender's sizes land.
+struct FifoBlock {
+  FifoEntry entries[kDepth][kMaxRecvs];
+  uint32_t sizes[kDepth][kMaxRecvs];
+};
 
 // What each end tells the other over TCP.
 struct WireInfo {
@@ -35,7 +47,7 @@ struct WireInfo {
   uint8_t gid[16];
   uint16_t lid;
   uint8_t linkLayer, mtu;
-  uint32_t fifoRkey;
+  uint32_t fifoRkey;  // the sender's FIFO entries; from the receiver: its sizes
   uint64_t fifoAddr;
   char host[64];
 };

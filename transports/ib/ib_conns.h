@@ -44,7 +44,26 @@ struct Request {
   int kind = 0;  // 0 free, 1 send, 2 receive, 3 a GPUDirect flush (RecvComm::flushReq)
   int pending = 0;  // completions still expected
   size_t bytes = 0;
+  int n = 1, slot = 0;  // a receive: how many it groups, and its FIFO slot
 };
+
+// A request's index (in a work request's wr_id): kMaxRecvs per FIFO slot, one for
+// each send into the slot's receives; a receive uses the slot's first.
+inline int requestIndex(int slot, int entry) { return slot * kMaxRecvs + entry; }
+
+// FIFO memory for one end, registered on `pd` (the receiver's for remote writes too).
+inline FifoBlock* newFifo(ibv_pd* pd, ibv_mr** mr) {
+  size_t bytes = (sizeof(FifoBlock) + 4095) & ~size_t(4095);
+  auto* f = static_cast<FifoBlock*>(aligned_alloc(4096, bytes));
+  STRATA_REQUIRE(f, ncclSystemError, "IB: no memory for a connection's FIFO");
+  memset(f, 0, bytes);
+  *mr = verbs()->regMr(pd, f, bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  if (!*mr) {
+    free(f);
+    fail(ncclSystemError, "IB: registering a FIFO failed: %s", strerror(errno));
+  }
+  return f;
+}
 
 struct Comm {
   QpSet q;
@@ -58,7 +77,7 @@ struct Comm {
   bool closedByPeer = false;  // the failure is the peer's close, with no operation lost
   double goneAt = 0;          // when the setup stream was seen closed
   static constexpr double kGoneGraceSec = 0.1;
-  Request reqs[kDepth];
+  Request reqs[kDepth * kMaxRecvs];  // by requestIndex()
 
   Comm() {
     for (Request& r : reqs) r.comm = this;
@@ -121,8 +140,8 @@ struct Comm {
     if (tag == kSendTag) {
       --r.pending;
     } else if (tag == kRecvTag) {
-      r.bytes += ntohl(wc.imm_data);
-      if (--r.pending == 0) gTotals.messagesReceived.fetch_add(1, std::memory_order_relaxed);
+      r.bytes += ntohl(wc.imm_data);  // one receive: its size (a group's come in FifoBlock::sizes)
+      if (--r.pending == 0) gTotals.messagesReceived.fetch_add(r.n, std::memory_order_relaxed);
     }
   }
   void poll() {
@@ -146,9 +165,12 @@ struct Comm {
 };
 
 struct SendComm final : Comm {
-  FifoEntry* fifo = nullptr;
+  FifoBlock* fifo = nullptr;
   ibv_mr* fifoMr = nullptr;
-  uint64_t sent = 0;
+  uint64_t sent = 0;     // receives (FIFO slots) fully answered
+  uint32_t matched = 0;  // the receives of slot `sent` already sent to, a bit each
+  uint64_t sizesAddr = 0;  // the receiver's FifoBlock::sizes
+  uint32_t sizesRkey = 0;
   bool infoSent = false;  // setup: the TCP connect is up and this end's info went out
   double setupUntil = 0;
   ~SendComm() override {
@@ -160,8 +182,10 @@ struct SendComm final : Comm {
 
 struct RecvComm final : Comm {
   uint64_t posted = 0;
-  uint64_t fifoAddr = 0;
+  uint64_t fifoAddr = 0;  // the sender's FIFO
   uint32_t fifoRkey = 0;
+  FifoBlock* local = nullptr;  // what this end posts, and the sizes a grouped receive gets
+  ibv_mr* localMr = nullptr;
   // GPUDirect flushes: a queue pair connected to itself reads from each device
   // buffer that received data, so that the NIC's earlier writes to it are done (as
   // NCCL does); made at the first flush.
@@ -171,8 +195,11 @@ struct RecvComm final : Comm {
   Request flushReq;
   std::string flushError;  // a flush's own failure (the data it follows has arrived whatever else failed)
   ~RecvComm() override {
+    q.destroy();
     flushQp.destroy();
     if (flushMr) verbs()->deregMr(flushMr);
+    if (localMr) verbs()->deregMr(localMr);
+    free(local);
   }
   void pollFlush() {
     ibv_wc wc{};

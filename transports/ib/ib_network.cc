@@ -56,7 +56,7 @@ class IbNetwork final : public net::Network {
     d.speedMbps = p.rateMbps;
     d.port = p.port;
     d.maxComms = 65536;
-    d.maxRecvs = 1;
+    d.maxRecvs = kMaxRecvs;
     return d;
   }
 
@@ -95,6 +95,8 @@ class IbNetwork final : public net::Network {
       WireInfo peer{};
       recvAll(c->fd, &peer, sizeof(peer), Deadline(kSetupSec));
       c->q.connectTo(peer);
+      c->sizesAddr = peer.fifoAddr;
+      c->sizesRkey = peer.fifoRkey;
       char ready = 1;
       sendAll(c->fd, &ready, 1, Deadline(kSetupSec));
     } catch (...) {
@@ -127,9 +129,12 @@ class IbNetwork final : public net::Network {
       c->fifoRkey = peer.fifoRkey;
       c->q.create(port(l->dev), config().ibQpsPerConnection);
       c->q.connectTo(peer);
+      c->local = newFifo(port(l->dev).pd, &c->localMr);
       WireInfo w{};
       c->q.describe(&w);
       fillIdentity(&w);
+      w.fifoAddr = reinterpret_cast<uint64_t>(&c->local->sizes);
+      w.fifoRkey = c->localMr->rkey;
       sendAll(c->fd, &w, sizeof(w), Deadline(kSetupSec));
       l->comm = std::move(c);
     }
@@ -229,6 +234,9 @@ class IbNetwork final : public net::Network {
     delete list;
   }
 
+  // Into the receive of the FIFO's current slot that carries `tag` (the first not
+  // sent to yet): the slot's receives are answered in any order, and the last one
+  // answered completes the receiver's request (see writePart, writeSizes).
   void* isend(void* sendComm, void* data, size_t bytes, int tag, void* mhandle) override {
     auto* c = static_cast<SendComm*>(sendComm);
     STRATA_REQUIRE(bytes <= UINT32_MAX, ncclInvalidUsage, "IB: a message of %zu bytes (at most 4 GiB - 1 a message)",
@@ -236,70 +244,90 @@ class IbNetwork final : public net::Network {
     c->poll();
     c->throwIfFailed();
     int slot = static_cast<int>(c->sent % kDepth);
-    FifoEntry* e = &c->fifo[slot];
-    Request& r = c->reqs[slot];
-    if (__atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) != c->sent + 1 || r.kind) {
+    int n = postedGroup(c, slot);
+    if (n == 0) {
       if (c->peerGone()) c->failGone();  // it never will
       c->throwIfFailed();
       return nullptr;  // the receiver has not posted this receive yet
     }
-    FifoEntry want = *e;
-    STRATA_REQUIRE(static_cast<int>(want.tag) == tag, ncclInternalError,
-                   "IB: a send with tag %d met a receive with tag %u (%s)", tag, want.tag, c->q.where(0).c_str());
+    const FifoEntry* e = c->fifo->entries[slot];
+    int i = 0;
+    while (i < n && ((c->matched >> i & 1) || static_cast<int>(e[i].tag) != tag)) ++i;
+    STRATA_REQUIRE(i < n, ncclInternalError, "IB: a send with tag %d matches none of the %d receives %s posted%s", tag,
+                   n, c->q.where(0).c_str(), n > 1 ? " together that are still open" : "");
+    FifoEntry want = e[i];
     STRATA_REQUIRE(bytes <= want.size, ncclInvalidUsage, "IB: a message of %zu bytes to a receive of %u bytes (%s)",
                    bytes, want.size, c->q.where(0).c_str());
+    Request& r = c->reqs[requestIndex(slot, i)];
+    bool last = (c->matched | 1u << i) == (1u << n) - 1;
     auto* mr = static_cast<ibv_mr*>(mhandle);
     int parts = c->split ? c->q.nqps : 1;
     size_t chunk = ((bytes + parts - 1) / parts + 127) & ~size_t(127);
     int writes = 0;
     for (int p = 0; p < parts; ++p) {
       size_t off = std::min(bytes, p * chunk), len = std::min(chunk, bytes - off);
-      writes += writePart(c, c->split ? p : static_cast<int>(c->sent % c->q.nqps), slot,
-                          reinterpret_cast<char*>(data) + off, len, mr->lkey, want.addr + off, want.rkey);
+      writes += writePart(c, qpFor(c, p), requestIndex(slot, i), reinterpret_cast<char*>(data) + off, len, mr->lkey,
+                          want.addr + off, want.rkey, n == 1);
     }
+    c->fifo->sizes[slot][i] = static_cast<uint32_t>(bytes);
+    if (n > 1 && last) writes += writeSizes(c, slot, n, requestIndex(slot, i));
     r.kind = 1;
     r.pending = writes;
     r.bytes = bytes;
-    ++c->sent;
+    c->matched |= 1u << i;
+    if (last) {
+      c->matched = 0;
+      ++c->sent;
+    }
     gTotals.messagesSent.fetch_add(1, std::memory_order_relaxed);
     gTotals.bytesSent.fetch_add(bytes, std::memory_order_relaxed);
     gTotals.dataWrites.fetch_add(writes, std::memory_order_relaxed);
     return &r;
   }
 
-  void* irecv(void* recvComm, void* data, size_t bytes, int tag, void* mhandle) override {
+  // One FIFO write carries every receive of the group (inline when it is one).
+  void* irecv(void* recvComm, int n, const net::RecvBuffer* b) override {
     auto* c = static_cast<RecvComm*>(recvComm);
-    STRATA_REQUIRE(bytes <= UINT32_MAX, ncclInvalidUsage, "IB: a receive of %zu bytes (at most 4 GiB - 1)", bytes);
+    STRATA_REQUIRE(n >= 1 && n <= kMaxRecvs, ncclInternalError, "IB: a grouped receive of %d (at most %d)", n,
+                   kMaxRecvs);
+    for (int i = 0; i < n; ++i)
+      STRATA_REQUIRE(b[i].bytes <= UINT32_MAX, ncclInvalidUsage, "IB: a receive of %zu bytes (at most 4 GiB - 1)",
+                     b[i].bytes);
     c->poll();
     c->throwIfFailed();
     int slot = static_cast<int>(c->posted % kDepth);
-    Request& r = c->reqs[slot];
+    Request& r = c->reqs[requestIndex(slot, 0)];
     if (r.kind) return nullptr;  // kDepth receives outstanding
     int parts = c->split ? c->q.nqps : 1;
     int qp = static_cast<int>(c->posted % c->q.nqps);
     for (int p = 0; p < parts; ++p) {
       ibv_recv_wr wr{};
-      wr.wr_id = kRecvTag | static_cast<uint64_t>(slot);
+      wr.wr_id = kRecvTag | static_cast<uint64_t>(requestIndex(slot, 0));
       ibv_recv_wr* bad = nullptr;
       int target = c->split ? p : qp;
       int rc = ibv_post_recv(c->q.qps[target], &wr, &bad);
       if (rc) fail(ncclSystemError, "IB: ibv_post_recv on %s failed: %s", c->q.where(target).c_str(), strerror(rc));
     }
-    FifoEntry e{reinterpret_cast<uint64_t>(data), static_cast<ibv_mr*>(mhandle)->rkey, static_cast<uint32_t>(bytes),
-                static_cast<uint32_t>(tag), 0, c->posted + 1};
-    ibv_sge sge{reinterpret_cast<uint64_t>(&e), sizeof(e), 0};
+    FifoEntry* e = c->local->entries[slot];
+    for (int i = 0; i < n; ++i)
+      e[i] = FifoEntry{reinterpret_cast<uint64_t>(b[i].data), static_cast<ibv_mr*>(b[i].mhandle)->rkey,
+                       static_cast<uint32_t>(b[i].bytes), static_cast<uint32_t>(b[i].tag), static_cast<uint32_t>(n),
+                       c->posted + 1};
+    ibv_sge sge{reinterpret_cast<uint64_t>(e), static_cast<uint32_t>(n * sizeof(FifoEntry)), c->localMr->lkey};
     ibv_send_wr wr{};
-    wr.wr_id = kFifoTag | static_cast<uint64_t>(slot);
+    wr.wr_id = kFifoTag | static_cast<uint64_t>(requestIndex(slot, 0));
     wr.sg_list = &sge;
     wr.num_sge = 1;
     wr.opcode = IBV_WR_RDMA_WRITE;
-    wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
-    wr.wr.rdma.remote_addr = c->fifoAddr + static_cast<uint64_t>(slot) * sizeof(FifoEntry);
+    wr.send_flags = IBV_SEND_SIGNALED | (n == 1 ? IBV_SEND_INLINE : 0);
+    wr.wr.rdma.remote_addr = c->fifoAddr + static_cast<uint64_t>(slot) * kMaxRecvs * sizeof(FifoEntry);
     wr.wr.rdma.rkey = c->fifoRkey;
     c->post(qp, &wr);
     r.kind = 2;
     r.pending = parts;
     r.bytes = 0;
+    r.n = n;
+    r.slot = slot;
     ++c->posted;
     gTotals.fifoWrites.fetch_add(1, std::memory_order_relaxed);
     return &r;
@@ -328,7 +356,12 @@ class IbNetwork final : public net::Network {
       c->throwIfFailed();
       return false;
     }
-    if (bytes) *bytes = r->bytes;
+    if (bytes && r->kind == 2 && r->n > 1) {
+      const uint32_t* sizes = static_cast<RecvComm*>(c)->local->sizes[r->slot];
+      for (int i = 0; i < r->n; ++i) bytes[i] = __atomic_load_n(&sizes[i], __ATOMIC_ACQUIRE);
+    } else if (bytes) {
+      *bytes = r->bytes;
+    }
     r->kind = 0;
     return true;
   }
@@ -365,11 +398,7 @@ class IbNetwork final : public net::Network {
     }
     c->split = config().ibSplitDataOnQps;
     c->q.create(port(dev), config().ibQpsPerConnection);
-    c->fifo = static_cast<FifoEntry*>(aligned_alloc(4096, 4096));
-    STRATA_REQUIRE(c->fifo, ncclSystemError, "IB: no memory for a connection's FIFO");
-    memset(c->fifo, 0, 4096);
-    c->fifoMr = verbs()->regMr(port(dev).pd, c->fifo, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    if (!c->fifoMr) fail(ncclSystemError, "IB: registering the FIFO failed: %s", strerror(errno));
+    c->fifo = newFifo(port(dev).pd, &c->fifoMr);
     WireInfo w{};
     c->q.describe(&w);
     fillIdentity(&w);
@@ -380,23 +409,67 @@ class IbNetwork final : public net::Network {
     c->infoSent = true;
     return true;
   }
+  // The received slot's group size once all its entries have landed (each carries
+  // its seq), else 0; 0 too while the slot's previous sends are in flight (their
+  // requests, and the sizes a grouped receive is answered from, are still in use).
+  static int postedGroup(SendComm* c, int slot) {
+    const FifoEntry* e = c->fifo->entries[slot];
+    uint64_t seq = c->sent + 1;
+    if (__atomic_load_n(&e[0].seq, __ATOMIC_ACQUIRE) != seq) return 0;
+    int n = static_cast<int>(e[0].nreqs);
+    STRATA_REQUIRE(n >= 1 && n <= kMaxRecvs, ncclInternalError, "IB: a FIFO entry from %s groups %d receives",
+                   c->q.where(0).c_str(), n);
+    for (int i = 1; i < n; ++i)
+      if (__atomic_load_n(&e[i].seq, __ATOMIC_ACQUIRE) != seq) return 0;
+    if (c->matched == 0)
+      for (int i = 0; i < kMaxRecvs; ++i)
+        if (c->reqs[requestIndex(slot, i)].kind) return 0;
+    return n;
+  }
+  // Part `p` of a message goes on every queue pair when split, else all of the
+  // slot's on one (so that a group's last write follows its others).
+  static int qpFor(const SendComm* c, int p) { return c->split ? p : static_cast<int>(c->sent % c->q.nqps); }
+  // A grouped receive's completion: on each queue pair the group used, a write with
+  // immediate after its data; the first carries every receive's size.
+  static int writeSizes(SendComm* c, int slot, int n, int req) {
+    int parts = c->split ? c->q.nqps : 1;
+    for (int p = 0; p < parts; ++p) {
+      ibv_sge sge{reinterpret_cast<uint64_t>(c->fifo->sizes[slot]), static_cast<uint32_t>(n * sizeof(uint32_t)),
+                  c->fifoMr->lkey};
+      ibv_send_wr wr{};
+      wr.wr_id = kSendTag | static_cast<uint64_t>(req);
+      wr.sg_list = &sge;
+      wr.num_sge = p == 0 ? 1 : 0;
+      wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+      wr.send_flags = IBV_SEND_SIGNALED;
+      wr.imm_data = htonl(static_cast<uint32_t>(n));
+      wr.wr.rdma.remote_addr = c->sizesAddr + static_cast<uint64_t>(slot) * kMaxRecvs * sizeof(uint32_t);
+      wr.wr.rdma.rkey = c->sizesRkey;
+      c->post(qpFor(c, p), &wr);
+    }
+    return parts;
+  }
   // One part of a message on queue pair `qp`: RDMA writes of at most the port's
-  // max_msg_sz, the last with the part's size as its immediate (the receiver's one
-  // receive completes on it; in-order delivery puts the others before it). Returns
-  // the writes posted, each signalled.
-  static int writePart(Comm* c, int qp, int slot, char* src, size_t len, uint32_t lkey, uint64_t dst, uint32_t rkey) {
+  // max_msg_sz. With `imm` (a receive of its own) the last carries the part's size
+  // as its immediate: the receiver's one receive completes on it, in-order delivery
+  // puts the others before it; an empty part is that one write. Without (one
+  // receive of a group), an empty part writes nothing. Returns the writes posted,
+  // each signalled.
+  static int writePart(Comm* c, int qp, int req, char* src, size_t len, uint32_t lkey, uint64_t dst, uint32_t rkey,
+                       bool imm) {
     size_t most = c->q.port->attr.max_msg_sz ? c->q.port->attr.max_msg_sz : (1u << 30);
     int n = 0;
     size_t off = 0;
+    if (len == 0 && !imm) return 0;
     do {
       size_t piece = std::min(most, len - off);
       bool last = off + piece == len;
       ibv_sge sge{reinterpret_cast<uint64_t>(src + off), static_cast<uint32_t>(piece), lkey};
       ibv_send_wr wr{};
-      wr.wr_id = kSendTag | static_cast<uint64_t>(slot);
+      wr.wr_id = kSendTag | static_cast<uint64_t>(req);
       wr.sg_list = &sge;
       wr.num_sge = piece ? 1 : 0;
-      wr.opcode = last ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+      wr.opcode = last && imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
       wr.send_flags = IBV_SEND_SIGNALED;
       wr.imm_data = htonl(static_cast<uint32_t>(len));
       wr.wr.rdma.remote_addr = dst + off;

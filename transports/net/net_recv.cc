@@ -1,5 +1,7 @@
+#include <algorithm>
 #include <cstring>
 #include <deque>
+#include <memory>
 
 #include "transports/net/net_connection.h"
 
@@ -10,6 +12,7 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
  public:
   NetRecv(const ConnectRequest& req, Network& net, LiveConnections& live, std::string* handle)
       : NetConnection(req, net, live) {
+    maxRecvs_ = std::max(1, std::min(net.properties(dev_).maxRecvs, kMaxRecvs));
     char h[kHandleBytes] = {};
     listen_ = net.listen(dev_, h);
     handle->assign(h, kHandleBytes);
@@ -24,41 +27,49 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
   }
   PutReceiver* puts() override { return puts_ ? this : nullptr; }
 
-  // PutReceiver: each offer is a receive into the caller's memory, registered for it.
-  bool tryOffer(void* dst, size_t bytes, const Registration& reg) override {
+  // PutReceiver: each offer is a receive into the caller's memory, registered for
+  // it once. Independent offers wait to be posted together (up to the network's
+  // maxRecvs in one grouped receive) until the rank asks for the oldest's
+  // completion, or a sweep comes; any other offer is posted at once, alone.
+  bool tryOffer(void* dst, size_t bytes, const Registration& reg, bool independent) override {
     STRATA_REQUIRE(reg.live() && reg.covers(dst, bytes), ncclInvalidUsage,
                    "net transport: rank %d offered %zu bytes at %p outside a live registration", self_, bytes, dst);
     std::lock_guard<std::mutex> lock(mu_);
+    offering_ = true;  // the offers waiting stay: this one may join them
     progressLocked();
+    offering_ = false;
     if (!putError_.empty() && !failed_) failWith(Error(ncclRemoteError, putError_));
     if (failed_ || !putComm_ || offers_.size() >= kMaxOffers) return false;
-    void* mh = nullptr;
     try {
-      mh = regPut(putComm_, dst, bytes);
-      if (void* r = net_.irecv(putComm_, dst, bytes, 0, mh)) {
-        offers_.push_back({r, mh, dst, bytes});
-        return true;
-      }
+      offers_.push_back(takeDeclined(dst, bytes));
+      offers_.back().independent = independent;
+      if (independent && unposted() < static_cast<size_t>(maxRecvs_)) return true;
+      if (postWaiting() || independent) return true;  // an independent offer waits its turn
+      declined_ = offers_.back();  // registered: the caller tries again with the same
+      offers_.pop_back();
+      return false;
     } catch (const Error& e) {
-      if (mh) deregPut(putComm_, mh);
       if (e.code() == ncclInvalidUsage) throw;
       failWith(e);
       return false;
     }
-    deregPut(putComm_, mh);
-    return false;
   }
   bool tryPutDone(size_t* bytes) override {
     std::lock_guard<std::mutex> lock(mu_);
     progressLocked();
     if (failed_ || offers_.empty()) return false;
     Offer& o = offers_.front();
+    size_t got = 0;
     try {
-      if (!o.arrived && !net_.test(o.request, &o.got)) return false;
-      o.arrived = true;
+      if (!o.posted) postWaiting();
+      if (!o.posted) return false;
+      Posted& p = *o.posted;
+      if (!p.arrived && !net_.test(p.request, p.got)) return false;
+      p.arrived = true;
+      got = p.got[o.index];
       // Into device memory: the NIC's writes are made visible to the GPU first.
       if (onDevice(o.mh) && !o.flushed) {
-        if (!o.flush && !net_.iflush(putComm_, o.dst, o.got, o.mh, &o.flush)) return false;
+        if (!o.flush && !net_.iflush(putComm_, o.dst, got, o.mh, &o.flush)) return false;
         if (o.flush && !net_.test(o.flush, nullptr)) return false;
         o.flushed = true;
       }
@@ -66,7 +77,7 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
       failWith(e);
       return false;
     }
-    *bytes = o.got;
+    *bytes = got;
     deregPut(putComm_, o.mh);
     offers_.pop_front();
     return true;
@@ -100,25 +111,75 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
   }
 
  private:
-  static constexpr size_t kMaxOffers = 8;
+  static constexpr size_t kMaxOffers = 2 * kMaxRecvs;
+  // One receive the network took: a group of n offers, completing together.
+  struct Posted {
+    void* request = nullptr;
+    size_t got[kMaxRecvs] = {};
+    bool arrived = false;
+  };
   struct Offer {
-    void* request;
-    void* mh;
-    void* dst;
-    size_t bytes;
-    size_t got = 0;
-    bool arrived = false, flushed = false;
+    void* mh = nullptr;
+    void* dst = nullptr;
+    size_t bytes = 0;
+    bool independent = false;
+    std::shared_ptr<Posted> posted;  // null while waiting to be posted
+    int index = 0;                   // its receive in `posted`
+    bool flushed = false;
     void* flush = nullptr;  // the network's flush request, once asked
   };
+  // The registration a declined offer left, if it is this one; else a new one.
+  Offer takeDeclined(void* dst, size_t bytes) {
+    Offer o = declined_;
+    declined_ = Offer{};
+    if (o.mh && o.dst == dst && o.bytes == bytes) return o;
+    if (o.mh) deregPut(putComm_, o.mh);
+    o = Offer{};
+    o.mh = regPut(putComm_, dst, bytes);
+    o.dst = dst;
+    o.bytes = bytes;
+    return o;
+  }
+  // Offers not yet posted: always the newest.
+  size_t unposted() const {
+    size_t n = 0;
+    for (auto it = offers_.rbegin(); it != offers_.rend() && !it->posted; ++it) ++n;
+    return n;
+  }
+  // Posts the waiting offers, oldest first: runs of independent ones as grouped
+  // receives of up to maxRecvs, any other alone. False when the network declined
+  // one (the rest wait).
+  bool postWaiting() {
+    size_t first = offers_.size() - unposted();
+    while (first < offers_.size()) {
+      RecvBuffer b[kMaxRecvs];
+      int n = 0;
+      do {
+        const Offer& o = offers_[first + n];
+        b[n] = RecvBuffer{o.dst, o.bytes, 0, o.mh};
+        ++n;
+      } while (first + n < offers_.size() && n < maxRecvs_ && offers_[first].independent &&
+               offers_[first + n].independent);
+      void* r = net_.irecv(putComm_, n, b);
+      if (!r) return false;
+      auto p = std::make_shared<Posted>();
+      p->request = r;
+      for (int i = 0; i < n; ++i) offers_[first + i].posted = p, offers_[first + i].index = i;
+      first += n;
+    }
+    return true;
+  }
   void closeAll() {
     closeComm(comm_, &Network::closeRecv, &mh_);
     comm_ = nullptr;
     closeListener(&listen_);
     if (putComm_) {
       for (Offer& o : offers_) deregPut(putComm_, o.mh);
+      if (declined_.mh) deregPut(putComm_, declined_.mh);
       closeComm(putComm_, &Network::closeRecv, nullptr);
     }
     offers_.clear();
+    declined_ = Offer{};
     putComm_ = nullptr;
     closeListener(&putListen_);
   }
@@ -131,8 +192,11 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
     }
     *listener = nullptr;
   }
-  bool needsSweep() const override { return (!comm_ && listen_) || (!putComm_ && putListen_); }
+  bool needsSweep() const override {
+    return (!comm_ && listen_) || (!putComm_ && putListen_) || (!offers_.empty() && !offers_.back().posted);
+  }
   void step() override {
+    if (putComm_ && !offering_) postWaiting();
     if (!putComm_ && putListen_) {
       try {
         putComm_ = net_.accept(putListen_);
@@ -169,7 +233,10 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
   void* comm_ = nullptr;
   void* putListen_ = nullptr;
   void* putComm_ = nullptr;
-  std::deque<Offer> offers_;  // posted, oldest first
+  std::deque<Offer> offers_;  // oldest first; those not yet posted last
+  Offer declined_;  // a registered offer the network declined, kept for the retry
+  int maxRecvs_ = 1;  // the device's, at most kMaxRecvs
+  bool offering_ = false;  // inside tryOffer: the waiting offers are not posted yet
   std::string putError_;  // why the put comm could not come up
   uint64_t posted_ = 0, arrived_ = 0, consumed_ = 0;  // receives posted, completed, released by the rank
   bool aborted_ = false;  // by this rank

@@ -25,6 +25,16 @@ class PeerClosed : public Error {
 };
 
 constexpr size_t kHandleBytes = 128;  // a listen handle, as NCCL_NET_HANDLE_MAXSIZE
+constexpr int kMaxRecvs = 8;          // receives in one grouped irecv, at most (NCCL_NET_IB_MAX_RECVS)
+
+// One receive of a grouped irecv: where the message goes, the most it may be, the
+// tag the matching isend carries, and the registration of [data, data + bytes).
+struct RecvBuffer {
+  void* data;
+  size_t bytes;
+  int tag;
+  void* mhandle;
+};
 
 struct DeviceProperties {
   std::string name;
@@ -35,7 +45,7 @@ struct DeviceProperties {
   int port = 0;
   float latencyUs = 0;
   int maxComms = 0;
-  int maxRecvs = 1;
+  int maxRecvs = 1;  // receives one irecv may group
 };
 
 // What a network did in this process, where it counts it (IB): Strata's net
@@ -65,8 +75,16 @@ class Network {
   virtual void deregMr(void* comm, void* mhandle) = 0;
   // Null when the network cannot take it now (call again).
   virtual void* isend(void* sendComm, void* data, size_t bytes, int tag, void* mhandle) = 0;
-  virtual void* irecv(void* recvComm, void* data, size_t bytes, int tag, void* mhandle) = 0;
-  // True once done (the request is then freed); *bytes gets the size moved.
+  // `n` receives (1 to the device's maxRecvs) that complete together, as one request:
+  // each takes the sender's isend with its tag (of equal tags, the earlier isend
+  // the earlier receive). A network takes them all or none (null: call again).
+  virtual void* irecv(void* recvComm, int n, const RecvBuffer* buffers) = 0;
+  void* irecv(void* recvComm, void* data, size_t bytes, int tag, void* mhandle) {
+    RecvBuffer b{data, bytes, tag, mhandle};
+    return irecv(recvComm, 1, &b);
+  }
+  // True once done (the request is then freed); `bytes`, when not null, gets the size
+  // moved: one for a send, one per receive (n) for an irecv.
   virtual bool test(void* request, size_t* bytes) = 0;
   // After a receive into device memory completed: makes its bytes visible to the GPU
   // (GPUDirect RDMA writes may still be in the PCIe fabric). False when the network

@@ -2,8 +2,10 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -150,28 +152,50 @@ class PluginNet final : public Network {
     return req;
   }
 
-  void* irecv(void* comm, void* data, size_t bytes, int tag, void* mh) override {
+  void* irecv(void* comm, int n, const RecvBuffer* b) override {
+    STRATA_REQUIRE(n >= 1 && n <= kMaxRecvs, ncclInternalError, "net plugin %s: a grouped receive of %d", name_.c_str(),
+                   n);
+    void* data[kMaxRecvs];
+    void* mh[kMaxRecvs];
+    size_t sizes[kMaxRecvs];
+    int tags[kMaxRecvs], sizes32[kMaxRecvs];
+    for (int i = 0; i < n; ++i) {
+      data[i] = b[i].data, mh[i] = b[i].mhandle, sizes[i] = b[i].bytes, tags[i] = b[i].tag;
+      STRATA_REQUIRE(version_ != 8 || b[i].bytes <= INT32_MAX, ncclInternalError,
+                     "net plugin v8: a receive of %zu bytes", b[i].bytes);
+      sizes32[i] = static_cast<int>(b[i].bytes);
+    }
     void* req = nullptr;
     ncclResult_t r;
     if (version_ == 8) {
-      STRATA_REQUIRE(bytes <= INT32_MAX, ncclInternalError, "net plugin v8: a receive of %zu bytes", bytes);
-      int size = static_cast<int>(bytes);
-      r = t_.v8.irecv(comm, 1, &data, &size, &tag, &mh, &req);
+      r = t_.v8.irecv(comm, n, data, sizes32, tags, mh, &req);
     } else if (version_ == 9) {
-      r = t_.v9.irecv(comm, 1, &data, &bytes, &tag, &mh, &req);
+      r = t_.v9.irecv(comm, n, data, sizes, tags, mh, &req);
     } else {
-      void* ph = nullptr;
-      r = (version_ == 10 ? t_.v10.irecv : t_.v11.irecv)(comm, 1, &data, &bytes, &tag, &mh, &ph, &req);
+      void* ph[kMaxRecvs] = {};
+      r = (version_ == 10 ? t_.v10.irecv : t_.v11.irecv)(comm, n, data, sizes, tags, mh, ph, &req);
     }
     check(r, "irecv");
+    if (req && n > 1) {
+      std::lock_guard<std::mutex> lock(groupsMu_);
+      groups_[req] = n;
+    }
     return req;
   }
 
+  // A plugin writes one size per receive of the request (NCCL's test() contract).
   bool test(void* request, size_t* bytes) override {
-    int done = 0, size = 0;
-    check(t_.v8.test(request, &done, &size), "test");
-    if (done && bytes) *bytes = static_cast<size_t>(size);
-    return done != 0;
+    int done = 0, sizes[kMaxRecvs] = {};
+    check(t_.v8.test(request, &done, sizes), "test");
+    if (!done) return false;
+    int n = 1;
+    {
+      std::lock_guard<std::mutex> lock(groupsMu_);
+      auto it = groups_.find(request);
+      if (it != groups_.end()) n = it->second, groups_.erase(it);
+    }
+    for (int i = 0; bytes && i < n; ++i) bytes[i] = static_cast<size_t>(sizes[i]);
+    return true;
   }
 
   void closeSend(void* comm) override { check(t_.v8.closeSend(comm), "closeSend"); }
@@ -189,7 +213,7 @@ class PluginNet final : public Network {
     d->port = port;
     d->latencyUs = latency;
     d->maxComms = maxComms;
-    d->maxRecvs = maxRecvs > 0 ? maxRecvs : 1;
+    d->maxRecvs = maxRecvs > 0 ? std::min(maxRecvs, kMaxRecvs) : 1;  // Strata groups at most kMaxRecvs
   }
   void check(ncclResult_t r, const char* call) const {
     if (r != ncclSuccess)
@@ -198,6 +222,8 @@ class PluginNet final : public Network {
   }
 
   int version_;
+  std::mutex groupsMu_;
+  std::map<void*, int> groups_;  // grouped receives in flight: their n
   std::string file_, name_;
   void* ctx_ = nullptr;
   union {

@@ -119,8 +119,10 @@ class SocketNetwork final : public net::Network {
   void* isend(void* comm, void* data, size_t bytes, int tag, void*) override {
     return static_cast<StreamComm*>(comm)->post(data, bytes, tag);
   }
-  void* irecv(void* comm, void* data, size_t bytes, int tag, void*) override {
-    return static_cast<StreamComm*>(comm)->post(data, bytes, tag);
+  // One receive at a time (maxRecvs 1), as NCCL's socket network.
+  void* irecv(void* comm, int n, const net::RecvBuffer* b) override {
+    STRATA_REQUIRE(n == 1, ncclInternalError, "socket: a grouped receive of %d (this network takes one at a time)", n);
+    return static_cast<StreamComm*>(comm)->post(b->data, b->bytes, b->tag);
   }
   bool test(void* request, size_t* bytes) override {
     auto* r = static_cast<StreamComm::Request*>(request);

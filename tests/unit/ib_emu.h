@@ -1,0 +1,26 @@
+// What the IB network's unit tests share about the user-space verbs device.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+
+#include "transports/ib/ib_network.h"
+#include "network_link.h"
+
+namespace strata::transport::ib {
+
+// RDMA writes a message part of `bytes` takes: the port's max_msg_sz at most each
+// (the emulator's, STRATA_VERBS_EMU_MAX_MSG: the .small_max_msg variant sets 64 KiB).
+inline uint64_t writesFor(size_t bytes) {
+  const char* v = getenv("STRATA_VERBS_EMU_MAX_MSG");
+  size_t most = v ? static_cast<size_t>(atoll(v)) : (size_t(1) << 30);
+  return bytes == 0 ? 1 : (bytes + most - 1) / most;
+}
+
+// A connected pair over the emulator.
+struct Link : net::Link {
+  Link() : net::Link(ibNetwork()) {}
+};
+
+}  // namespace strata::transport::ib
