@@ -245,6 +245,39 @@ std::vector<std::string> railsOfARun(const std::string& dir, int numa0, int numa
   return devicesUsed(dir);
 }
 
+// An XDR port: the 8-bit speed code reads 0 where rdma-core predates active_speed_ex,
+// and the rate comes from sysfs (800 Gbit/s), which the tuner then uses.
+TEST(IbRate, XdrFromSysfsWhereTheSpeedCodeCannotSayIt) {
+  std::string dir = scratchDir();
+  fakeSysfs(dir + "/sys", 0, 0);
+  std::filesystem::create_directories(dir + "/sys/class/infiniband/semu0/ports/1");
+  std::ofstream(dir + "/sys/class/infiniband/semu0/ports/1/rate") << "800 Gb/sec (4X XDR)\n";
+  auto results = onFakeNodes(
+      2, dir,
+      [](int rank, int n, const ncclUniqueId& id) -> std::string {
+        ncclComm_t comm;
+        RANK_NCCL(ncclCommInitRank(&comm, n, id, rank));
+        int v = rank + 1, sum = 0;
+        RANK_NCCL(ncclAllReduce(&v, &sum, 1, ncclInt32, ncclSum, comm, nullptr));
+        ncclCommDestroy(comm);
+        return sum == 3 ? "" : "wrong sum " + std::to_string(sum);
+      },
+      [dir](int) {
+        setenv("STRATA_VERBS_EMU_SPEED", "0", 1);
+        setenv("STRATA_VERBS_EMU_SYSFS", (dir + "/sys").c_str(), 1);
+      });
+  ASSERT_EQ(failures(results), "");
+  auto logs = rankLogs(dir);
+  ASSERT_EQ(logs.size(), 2u);
+  for (const auto& lines : logs) {
+    std::string all;
+    for (const std::string& l : lines) all += l + "\n";
+    EXPECT_NE(all.find("semu0:1 has speed code 0, width code 2: 800000 Mbit/s from sysfs"), std::string::npos) << all;
+    EXPECT_NE(all.find("using semu0:1 (RoCE, 800000 Mbit/s"), std::string::npos) << all;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // Without a NIC in the topology, a rank uses a device on its own NUMA node (this
 // machine's ranks run on node 0): semu1 when it is there, semu0 when that one is.
 TEST(IbRails, TheDeviceOnTheRanksNumaNode) {

@@ -67,8 +67,24 @@ TEST(PortRate, FromSpeedAndWidthCodes) {
   EXPECT_EQ(portRateMbps(128, 2), 400000);  // NDR 4x
   EXPECT_EQ(portRateMbps(64, 16), 100000);  // HDR 2x
   EXPECT_EQ(portRateMbps(16, 1), 14000);    // FDR 1x
+  EXPECT_EQ(portRateMbps(256, 2), 800000);  // XDR 4x (active_speed_ex)
   EXPECT_EQ(portRateMbps(3, 2), 0);
   EXPECT_EQ(portRateMbps(32, 3), 0);
+}
+
+TEST(PortRate, FromSysfsWhereTheCodeCannotSayIt) {
+  std::string dev = testing::TempDir() + "/strata-rate-" + std::to_string(getpid());
+  std::filesystem::create_directories(dev + "/ports/1");
+  std::filesystem::create_directories(dev + "/ports/2");
+  std::ofstream(dev + "/ports/1/rate") << "800 Gb/sec (4X XDR)\n";
+  std::ofstream(dev + "/ports/2/rate") << "2.5 Gb/sec (1X SDR)\n";
+  EXPECT_EQ(sysfsRateMbps(dev, 1), 800000);
+  EXPECT_EQ(sysfsRateMbps(dev, 2), 2500);
+  EXPECT_EQ(sysfsRateMbps(dev, 3), 0);  // no such port
+  EXPECT_EQ(sysfsRateMbps("", 1), 0);   // a device with no sysfs path
+  std::ofstream(dev + "/ports/2/rate") << "fast\n";
+  EXPECT_EQ(sysfsRateMbps(dev, 2), 0);
+  std::filesystem::remove_all(dev);
 }
 
 struct FakeDevice {

@@ -255,6 +255,8 @@ __attribute__((visibility("default"))) int(ibv_query_port)(ibv_context*, uint8_t
   a->pkey_tbl_len = 1;
   a->active_width = 2;   // 4x
   a->active_speed = 32;  // EDR, 25 Gbit/s a lane: 100 Gbit/s
+  // STRATA_VERBS_EMU_SPEED: another code; 0 as the kernel reports XDR to rdma-core before active_speed_ex.
+  if (const char* v = getenv("STRATA_VERBS_EMU_SPEED")) a->active_speed = static_cast<uint8_t>(atoi(v));
   a->phys_state = 5;     // LinkUp
   a->link_layer = IBV_LINK_LAYER_ETHERNET;
   return 0;

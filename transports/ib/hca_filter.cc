@@ -1,6 +1,7 @@
 #include "transports/ib/hca_filter.h"
 
 #include <cstdlib>
+#include <fstream>
 
 namespace strata::transport::ib {
 
@@ -43,6 +44,7 @@ int portRateMbps(int activeSpeed, int activeWidth) {
     case 32: lane = 25000; break;   // EDR
     case 64: lane = 50000; break;   // HDR
     case 128: lane = 100000; break; // NDR
+    case 256: lane = 200000; break; // XDR (active_speed_ex, rdma-core 50 and later)
     default: return 0;
   }
   int lanes;
@@ -55,6 +57,14 @@ int portRateMbps(int activeSpeed, int activeWidth) {
     default: return 0;
   }
   return lane * lanes;
+}
+
+int sysfsRateMbps(const std::string& ibdevPath, int port) {
+  std::ifstream in(ibdevPath + "/ports/" + std::to_string(port) + "/rate");
+  double gbps = 0;
+  std::string unit;
+  if (ibdevPath.empty() || !(in >> gbps >> unit) || unit != "Gb/sec" || gbps <= 0 || gbps > 1e6) return 0;
+  return static_cast<int>(gbps * 1000 + 0.5);
 }
 
 }  // namespace strata::transport::ib

@@ -25,5 +25,9 @@ class HcaFilter {
 // The link rate of a port in Mbit/s from ibv_port_attr's active_speed and
 // active_width codes (0 when a code is unknown).
 int portRateMbps(int activeSpeed, int activeWidth);
+// The rate sysfs gives a port, "800 Gb/sec (4X XDR)" in <ibdevPath>/ports/<port>/rate,
+// in Mbit/s; 0 when unreadable. For speeds the 8-bit active_speed cannot code (XDR
+// reads 0 there where rdma-core predates active_speed_ex, as Debian 12's v44 does).
+int sysfsRateMbps(const std::string& ibdevPath, int port);
 
 }  // namespace strata::transport::ib

@@ -114,6 +114,11 @@ void openDevice(const Verbs& v, ibv_device* dev, const HcaFilter& filter, std::v
     port.gidIndex = chooseGidIndex(v, ctx, name, p, pa);
     if (v.queryGid(ctx, static_cast<uint8_t>(p), port.gidIndex, &port.gid) != 0) continue;
     port.rateMbps = portRateMbps(pa.active_speed, pa.active_width);
+    if (port.rateMbps == 0) {
+      port.rateMbps = sysfsRateMbps(dev->ibdev_path, p);
+      STRATA_INFO(kSubsysNet, -1, "IB: %s:%d has speed code %d, width code %d: %d Mbit/s from sysfs", name.c_str(), p,
+                  static_cast<int>(pa.active_speed), static_cast<int>(pa.active_width), port.rateMbps);
+    }
     port.relaxedOrdering = ro;
     port.dmabuf = dmabufSupported(v, pd);
     port.guid = da.node_guid;
