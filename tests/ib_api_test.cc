@@ -222,20 +222,23 @@ std::vector<std::string> devicesUsed(const std::string& dir) {
   return out;
 }
 
+// One all-reduce of one integer on two ranks, checked.
+std::string allReduceOnce(int rank, int n, const ncclUniqueId& id) {
+  ncclComm_t comm;
+  RANK_NCCL(ncclCommInitRank(&comm, n, id, rank));
+  int v = rank + 1, sum = 0;
+  RANK_NCCL(ncclAllReduce(&v, &sum, 1, ncclInt32, ncclSum, comm, nullptr));
+  ncclCommDestroy(comm);
+  return sum == 3 ? "" : "wrong sum " + std::to_string(sum);
+}
+
 // An all-reduce between two fake nodes, each with the two devices of fakeSysfs;
 // returns the device each rank used.
 std::vector<std::string> railsOfARun(const std::string& dir, int numa0, int numa1, const std::string& topo) {
   fakeSysfs(dir + "/sys", numa0, numa1);
   auto results = onFakeNodes(
       2, dir,
-      [](int rank, int n, const ncclUniqueId& id) -> std::string {
-        ncclComm_t comm;
-        RANK_NCCL(ncclCommInitRank(&comm, n, id, rank));
-        int v = rank + 1, sum = 0;
-        RANK_NCCL(ncclAllReduce(&v, &sum, 1, ncclInt32, ncclSum, comm, nullptr));
-        ncclCommDestroy(comm);
-        return sum == 3 ? "" : "wrong sum " + std::to_string(sum);
-      },
+      allReduceOnce,
       [dir, topo](int) {
         setenv("STRATA_VERBS_EMU_DEVICES", "2", 1);
         setenv("STRATA_VERBS_EMU_SYSFS", (dir + "/sys").c_str(), 1);
@@ -254,14 +257,7 @@ TEST(IbRate, XdrFromSysfsWhereTheSpeedCodeCannotSayIt) {
   std::ofstream(dir + "/sys/class/infiniband/semu0/ports/1/rate") << "800 Gb/sec (4X XDR)\n";
   auto results = onFakeNodes(
       2, dir,
-      [](int rank, int n, const ncclUniqueId& id) -> std::string {
-        ncclComm_t comm;
-        RANK_NCCL(ncclCommInitRank(&comm, n, id, rank));
-        int v = rank + 1, sum = 0;
-        RANK_NCCL(ncclAllReduce(&v, &sum, 1, ncclInt32, ncclSum, comm, nullptr));
-        ncclCommDestroy(comm);
-        return sum == 3 ? "" : "wrong sum " + std::to_string(sum);
-      },
+      allReduceOnce,
       [dir](int) {
         setenv("STRATA_VERBS_EMU_SPEED", "0", 1);
         setenv("STRATA_VERBS_EMU_SYSFS", (dir + "/sys").c_str(), 1);

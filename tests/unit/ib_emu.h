@@ -4,7 +4,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 
+#include "base/config.h"
 #include "transports/ib/ib_network.h"
 #include "network_link.h"
 
@@ -21,6 +23,24 @@ inline uint64_t writesFor(size_t bytes) {
 // A connected pair over the emulator.
 struct Link : net::Link {
   Link() : net::Link(ibNetwork()) {}
+};
+
+// NCCL_IB_QPS_PER_CONNECTION=qps and NCCL_IB_SPLIT_DATA_ON_QPS=1 while it connects.
+struct SplitQps {
+  explicit SplitQps(int qps) {
+    setenv("NCCL_IB_QPS_PER_CONNECTION", std::to_string(qps).c_str(), 1);
+    setenv("NCCL_IB_SPLIT_DATA_ON_QPS", "1", 1);
+    reloadConfig();
+  }
+};
+// A pair whose messages are split over `qps` queue pairs; the configuration is
+// restored once it is connected.
+struct SplitLink : private SplitQps, Link {
+  explicit SplitLink(int qps) : SplitQps(qps) {
+    unsetenv("NCCL_IB_QPS_PER_CONNECTION");
+    unsetenv("NCCL_IB_SPLIT_DATA_ON_QPS");
+    reloadConfig();
+  }
 };
 
 }  // namespace strata::transport::ib

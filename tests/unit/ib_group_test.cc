@@ -114,13 +114,7 @@ TEST(IbNetwork, GroupsOfEverySizeReuseTheFifoSlotsInOrder) {
 }
 
 TEST(IbNetwork, GroupedReceivesSplitOverQueuePairs) {
-  setenv("NCCL_IB_QPS_PER_CONNECTION", "3", 1);
-  setenv("NCCL_IB_SPLIT_DATA_ON_QPS", "1", 1);
-  reloadConfig();
-  Link l;
-  unsetenv("NCCL_IB_QPS_PER_CONNECTION");
-  unsetenv("NCCL_IB_SPLIT_DATA_ON_QPS");
-  reloadConfig();
+  SplitLink l(3);
   ASSERT_TRUE(l.send && l.recv);
   Group g(l, 4);
   for (int round = 0; round < 5; ++round) {

@@ -318,13 +318,7 @@ TEST(IbNetwork, ADmaBufThatCannotBeMappedIsANamedError) {
 }
 
 TEST(IbNetwork, SplitOverQueuePairsReassemblesOddSizes) {
-  setenv("NCCL_IB_QPS_PER_CONNECTION", "4", 1);
-  setenv("NCCL_IB_SPLIT_DATA_ON_QPS", "1", 1);
-  reloadConfig();
-  Link l;
-  unsetenv("NCCL_IB_QPS_PER_CONNECTION");
-  unsetenv("NCCL_IB_SPLIT_DATA_ON_QPS");
-  reloadConfig();
+  SplitLink l(4);
   ASSERT_TRUE(l.send && l.recv);
   std::vector<char> src(1000003), dst(1000003, 0);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>(i * 31 + 7);
