@@ -175,6 +175,7 @@ Config Config::parse(const std::function<const char*(const char*)>& lookup) {
   p.integer("STRATA_NSLOTS", &c.slots, 2, 64);
   p.integer("STRATA_SPIN", &c.spinCount, 0, 1 << 24);
   p.integer("STRATA_GPU_SIM", &c.gpuSim, 0, 64);
+  p.flag("STRATA_GPU_SIM_STRICT", &c.gpuSimStrict);
   p.str("STRATA_PRESET_DIR", &c.presetDir);
   p.str("NCCL_TOPO_FILE", &c.topoFile);
   p.str("NCCL_TOPO_DUMP_FILE", &c.topoDumpFile);

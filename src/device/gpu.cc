@@ -43,6 +43,11 @@ class NoGpus final : public GpuBackend {
   }
   void ipcClose(void*) override { refuse("CUDA IPC"); }
   std::string busId(int) override { return ""; }
+  bool canAccessPeer(int, int) override { return false; }
+  bool enablePeerAccess(int, std::string* why) override {
+    *why = unavailableReason();
+    return false;
+  }
 
  private:
   [[noreturn]] void refuse(const char* what) { fail(ncclInvalidUsage, "%s: %s", what, unavailableReason().c_str()); }
@@ -52,7 +57,7 @@ GpuBackend& backend() {
   static GpuBackend* chosen = [] {
     static std::unique_ptr<GpuBackend> owned;
     if (config().gpuSim > 0) {
-      owned = simulatedGpus(config().gpuSim);
+      owned = simulatedGpus(config().gpuSim, config().gpuSimStrict);
       return owned.get();
     }
     if (GpuBackend* cuda = cudaGpus()) return cuda;
@@ -107,5 +112,7 @@ bool exportDmabuf(const void* p, size_t bytes, int* fd, uint64_t* offset, std::s
   return backend().exportDmabuf(p, bytes, fd, offset, why);
 }
 std::string gpuBusId(int device) { return device < 0 ? "" : backend().busId(device); }
+bool canAccessPeer(int device, int peer) { return device == peer || backend().canAccessPeer(device, peer); }
+bool enablePeerAccess(int peer, std::string* why) { return backend().enablePeerAccess(peer, why); }
 
 }  // namespace strata::device

@@ -76,6 +76,13 @@ void ipcClose(void* p);
 // in it. False with *why where the driver (or the simulation) cannot export it.
 bool exportDmabuf(const void* p, size_t bytes, int* fd, uint64_t* offset, std::string* why);
 
+// Lets kernels on the current device read and write device `peer`'s memory
+// (cudaDeviceEnablePeerAccess; already enabled, or the same device, is fine);
+// false with *why where the pair has no peer access.
+bool enablePeerAccess(int peer, std::string* why);
+// True when kernels on `device` can be given access to `peer`'s memory (cudaDeviceCanAccessPeer).
+bool canAccessPeer(int device, int peer);
+
 // The PCI bus id of a device ("0000:07:00.0"), as NVML and the topology name it.
 std::string gpuBusId(int device);
 

@@ -44,6 +44,8 @@ class GpuBackend {
   virtual void* ipcOpen(const std::string& handle, std::string* why) = 0;
   virtual void ipcClose(void* p) = 0;
   virtual std::string busId(int device) = 0;
+  virtual bool canAccessPeer(int device, int peer) = 0;
+  virtual bool enablePeerAccess(int peer, std::string* why) = 0;
   virtual bool exportDmabuf(const void* p, size_t bytes, int* fd, uint64_t* offset, std::string* why) {
     (void)p, (void)bytes, (void)fd, (void)offset;
     *why = "no GPU to export device memory from";
@@ -55,6 +57,9 @@ class GpuBackend {
 GpuBackend* cudaGpus();
 // `n` GPUs simulated in host memory: streams are worker threads, kernels the CPU
 // functions, CUDA IPC shared-memory segments. For tests of the device path.
-std::unique_ptr<GpuBackend> simulatedGpus(int n);
+// Memory knows its device; a kernel reaching another device's memory without peer
+// access, or launched into another device's stream, fails as on a GPU. `strict`:
+// CUDA calls on a thread that never set its device fail too.
+std::unique_ptr<GpuBackend> simulatedGpus(int n, bool strict);
 
 }  // namespace strata::device

@@ -151,6 +151,27 @@ class CudaGpus final : public GpuBackend {
     return p;
   }
   void ipcClose(void* p) override { checkCuda(cudaIpcCloseMemHandle(p), "cudaIpcCloseMemHandle"); }
+  bool canAccessPeer(int device, int peer) override {
+    int can = 0;
+    bool ok = cudaDeviceCanAccessPeer(&can, device, peer) == cudaSuccess && can;
+    cudaGetLastError();
+    return ok;
+  }
+  bool enablePeerAccess(int peer, std::string* why) override {
+    int self = currentDevice(), can = 0;
+    if (self < 0 || peer == self) return self >= 0;
+    cudaError_t e = cudaDeviceCanAccessPeer(&can, self, peer);
+    if (e == cudaSuccess && !can) {
+      *why = format("device %d has no peer access to device %d (cudaDeviceCanAccessPeer)", self, peer);
+      return false;
+    }
+    if (e == cudaSuccess) e = cudaDeviceEnablePeerAccess(peer, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled) e = cudaSuccess;
+    if (e != cudaSuccess) *why = format("cudaDeviceEnablePeerAccess(%d) on device %d: %s", peer, self,
+                                        cudaGetErrorString(e));
+    cudaGetLastError();  // neither answer is sticky
+    return e == cudaSuccess;
+  }
   std::string busId(int device) override {
     char id[32] = {};
     if (cudaDeviceGetPCIBusId(id, sizeof id, device) != cudaSuccess) return "";

@@ -5,11 +5,13 @@
 // "device memory" is host memory this backend hands out and recognises; a CUDA IPC
 // handle names a POSIX shared-memory segment, so processes map each other's buffers.
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <condition_variable>
@@ -30,10 +32,11 @@
 namespace strata::device {
 namespace {
 
-// Work in order on one thread, like a CUDA stream.
+// Work in order on one thread, like a CUDA stream of device `device`.
 class SimStream {
  public:
-  SimStream() : worker_([this] { loop(); }) {}
+  explicit SimStream(int device) : device_(device), worker_([this] { loop(); }) {}
+  int device() const { return device_; }
   ~SimStream() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -82,15 +85,20 @@ class SimStream {
   std::condition_variable cv_, idle_;
   std::deque<std::function<void()>> queue_;
   bool busy_ = false, stop_ = false;
+  int device_;
   std::thread worker_;
 };
 
 // Simulated device memory lives in one fixed range of the address space, so that
 // every copy of this code in a process (libnccl.so.2 and a test linking the device
 // layer statically) tells device from host memory alike, with no shared registry.
-// The first page holds the bump allocator both copies use.
+// The first page holds the bump allocator both copies use and which devices have
+// peer access to which; then a byte per arena page says whose memory it is
+// (device + 1; 0: none), committed only where touched.
 constexpr uintptr_t kArenaBase = 0x5f0000000000;
 constexpr size_t kArenaBytes = size_t{1} << 40;
+constexpr size_t kOwnersOffset = 4096, kOwnersBytes = kArenaBytes / 4096;
+constexpr int kMaxSimGpus = 64;
 constexpr size_t kBlockHeader = 256;  // before each block: a BlockHeader
 
 // Each allocation is a memfd of its own, mapped into the arena, so that it can be
@@ -105,7 +113,11 @@ constexpr uint32_t kBlockMagic = 0x53424c4b;  // "SBLK"
 struct ArenaHeader {
   std::atomic<uint64_t> magic;
   std::atomic<uint64_t> next;  // offset of the next free byte
+  std::atomic<uint64_t> peers[kMaxSimGpus];  // bit j of peers[i]: device i's kernels reach device j's memory
+  pthread_key_t deviceKey;  // each thread's device + 1 (null: never set), one key for every copy, as CUDA's
+                            // current context is the driver's, not a runtime copy's
 };
+static_assert(sizeof(ArenaHeader) <= 4096, "the arena header is one page");
 constexpr uint64_t kArenaMagic = 0x5354524154414731ull;
 constexpr uint64_t kStreamMagic = 0x5354524d53494d31ull;  // "STRMSIM1": a stream made by some copy of this code
 constexpr size_t kStreamHeader = 64;
@@ -115,9 +127,11 @@ ArenaHeader& arena() {
     void* want = reinterpret_cast<void*>(kArenaBase);
     void* p = mmap(want, kArenaBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
     auto* h = static_cast<ArenaHeader*>(want);
-    if (p == want) {  // this copy reserved it: set up the header
-      if (mprotect(want, 4096, PROT_READ | PROT_WRITE) != 0) failErrno("simulated GPU: arena header");
-      h->next.store(4096);
+    if (p == want) {  // this copy reserved it: set up the header and the owners' bytes
+      if (mprotect(want, kOwnersOffset + kOwnersBytes, PROT_READ | PROT_WRITE) != 0)
+        failErrno("simulated GPU: arena header");
+      h->next.store(kOwnersOffset + kOwnersBytes);
+      if (pthread_key_create(&h->deviceKey, nullptr) != 0) fail(ncclSystemError, "simulated GPU: pthread_key_create");
       h->magic.store(kArenaMagic, std::memory_order_release);
     } else if (p != MAP_FAILED) {
       munmap(p, kArenaBytes);
@@ -133,17 +147,26 @@ ArenaHeader& arena() {
 
 bool inArena(const void* p) {
   auto a = reinterpret_cast<uintptr_t>(p);
-  return a >= kArenaBase + 4096 && a < kArenaBase + arena().next.load();
+  return a >= kArenaBase + kOwnersOffset + kOwnersBytes && a < kArenaBase + arena().next.load();
 }
 
-// Takes `bytes` (page-rounded) of the arena; `fd` >= 0 maps that segment there.
-char* arenaTake(size_t bytes, int fd) {
+uint8_t* owners() { return reinterpret_cast<uint8_t*>(kArenaBase + kOwnersOffset); }
+// The device whose memory holds `p`; -1 when none does.
+int ownerOf(const void* p) {
+  if (!inArena(p)) return -1;
+  return __atomic_load_n(&owners()[(reinterpret_cast<uintptr_t>(p) - kArenaBase) / 4096], __ATOMIC_RELAXED) - 1;
+}
+
+// Takes `bytes` (page-rounded) of the arena for `device` (-1: no device's memory);
+// `fd` >= 0 maps that segment there.
+char* arenaTake(size_t bytes, int fd, int device) {
   size_t span = (bytes + 4095) / 4096 * 4096;
   uint64_t off = arena().next.fetch_add(span);
   STRATA_REQUIRE(off + span <= kArenaBytes, ncclSystemError, "simulated GPU: arena exhausted");
   void* at = reinterpret_cast<void*>(kArenaBase + off);
   int flags = MAP_FIXED | (fd >= 0 ? MAP_SHARED : MAP_PRIVATE | MAP_ANONYMOUS);
   if (mmap(at, span, PROT_READ | PROT_WRITE, flags, fd, 0) != at) failErrno("simulated GPU: mapping device memory");
+  memset(owners() + off / 4096, device + 1, span / 4096);
   return static_cast<char*>(at);
 }
 
@@ -168,12 +191,13 @@ bool mappingOf(uintptr_t a, uintptr_t* start, uintptr_t* end) {
 // Gives a block's pages back (the addresses are not reused).
 void arenaRelease(void* at, size_t bytes) {
   size_t span = (bytes + 4095) / 4096 * 4096;
+  memset(owners() + (reinterpret_cast<uintptr_t>(at) - kArenaBase) / 4096, 0, span / 4096);
   mmap(at, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
 }
 
 class SimGpus final : public GpuBackend {
  public:
-  explicit SimGpus(int n) : n_(n) {}
+  SimGpus(int n, bool strict) : n_(n), strict_(strict) {}
   // At exit a stream may still be held by a wait nobody will end: its thread is
   // left running (parked where leak checkers still see it), not joined.
   ~SimGpus() override {
@@ -183,15 +207,27 @@ class SimGpus final : public GpuBackend {
   int count() override { return n_; }
   std::string unavailableReason() override { return ""; }
   bool isDevicePointer(const void* p, int* device) override {
-    if (!inArena(p)) return false;
-    if (device) *device = 0;  // simulated pointers do not record their GPU
+    int owner = ownerOf(p);
+    if (owner < 0) return false;
+    if (device) *device = owner;
     return true;
   }
-  int currentDevice() override { return current(); }
+  int currentDevice() override { return std::max(current(), 0); }
   int setCurrentDevice(int device) override {
-    int prev = current();
-    if (device >= 0) current() = device % n_;
+    int prev = currentDevice();
+    if (device >= 0) setCurrent(device % n_);
     return prev;
+  }
+  bool canAccessPeer(int device, int peer) override { return device >= 0 && peer >= 0 && device < n_ && peer < n_; }
+  // Kernels on the current device reach `peer`'s memory (every simulated pair can).
+  bool enablePeerAccess(int peer, std::string* why) override {
+    int self = use("cudaDeviceEnablePeerAccess");
+    if (peer < 0 || peer >= n_) {
+      *why = format("simulated GPU: no device %d (%d simulated)", peer, n_);
+      return false;
+    }
+    arena().peers[self].fetch_or(uint64_t{1} << peer);
+    return true;
   }
   void* alloc(size_t bytes) override {
     size_t span = (kBlockHeader + bytes + 4095) / 4096 * 4096;
@@ -203,7 +239,7 @@ class SimGpus final : public GpuBackend {
     }
     char* block = nullptr;
     try {
-      block = arenaTake(kBlockHeader + bytes, fd);
+      block = arenaTake(kBlockHeader + bytes, fd, use("cudaMalloc"));
     } catch (...) {
       close(fd);
       throw;
@@ -243,24 +279,42 @@ class SimGpus final : public GpuBackend {
   void reduceInOrder(void* dst, const void* const* inputs, int n, size_t count, ncclDataType_t type, const ReduceOp& op,
                      void* stream) override {
     std::vector<const void*> in(inputs, inputs + n);
+    int dev = launch("the reduce kernel", stream);
+    reaches(dev, "the reduce kernel", dst);
+    for (const void* p : in) reaches(dev, "the reduce kernel", p);
     on(stream, [=] { device::reduceInOrder(dst, in.data(), n, count, type, op); });
   }
   void prepare(void* dst, const void* src, size_t count, ncclDataType_t type, const ReduceOp& op, void* stream) override {
+    int dev = launch("the prepare kernel", stream);
+    reaches(dev, "the prepare kernel", dst);
+    reaches(dev, "the prepare kernel", src);
     on(stream, [=] { device::prepare(dst, src, count, type, op); });
   }
   void copy(void* dst, const void* src, size_t bytes, void* stream) override {
+    int dev = launch("the copy kernel", stream);
+    reaches(dev, "the copy kernel", dst);
+    reaches(dev, "the copy kernel", src);
     on(stream, [=] { memmove(dst, src, bytes); });
   }
   bool capturing(void*) override { return false; }
   void* pinnedAlloc(size_t bytes) override {
+    use("cudaHostAlloc");
     void* p = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
     if (!p) fail(ncclSystemError, "simulated GPU: out of pinned memory for %zu bytes", bytes);
     return p;
   }
   void pinnedFree(void* p) override { std::free(p); }
-  void copyAsync(void* dst, const void* src, size_t bytes, void* stream) override { copy(dst, src, bytes, stream); }
-  void hostCallback(void* stream, void (*fn)(void*), void* arg) override { on(stream, [=] { fn(arg); }); }
+  // A copy engine's copy: any device's memory, from any device's stream (as CUDA).
+  void copyAsync(void* dst, const void* src, size_t bytes, void* stream) override {
+    use("cudaMemcpyAsync");
+    on(stream, [=] { memmove(dst, src, bytes); });
+  }
+  void hostCallback(void* stream, void (*fn)(void*), void* arg) override {
+    use("cudaLaunchHostFunc");
+    on(stream, [=] { fn(arg); });
+  }
   void waitHostFlag(void* stream, const uint64_t* flag, uint64_t value) override {
+    launch("the flag-wait kernel", stream);
     on(stream, [=] {
       for (int spins = 0; __atomic_load_n(flag, __ATOMIC_ACQUIRE) < value; ++spins) {
         if (spins < 100) sched_yield();
@@ -271,9 +325,10 @@ class SimGpus final : public GpuBackend {
   // Streams live in the arena behind a magic word, so that every copy of this code
   // in a process (libnccl.so.2, a test linking the device layer) uses the same one.
   void* streamCreate() override {
-    char* at = arenaTake(kStreamHeader + sizeof(SimStream), -1);
+    int dev = use("cudaStreamCreate");
+    char* at = arenaTake(kStreamHeader + sizeof(SimStream), -1, -1);
     memcpy(at, &kStreamMagic, sizeof kStreamMagic);
-    new (at + kStreamHeader) SimStream();
+    new (at + kStreamHeader) SimStream(dev);
     return at;
   }
   void streamDestroy(void* stream) override {
@@ -292,8 +347,14 @@ class SimGpus final : public GpuBackend {
   }
   void streamSynchronize(void* stream) override { of(stream).synchronize(); }
   bool streamIdle(void* stream) override { return of(stream).idle(); }
-  void copySync(void* dst, const void* src, size_t bytes) override { memmove(dst, src, bytes); }
-  void memsetSync(void* dst, int value, size_t bytes) override { memset(dst, value, bytes); }
+  void copySync(void* dst, const void* src, size_t bytes) override {
+    use("cudaMemcpy");
+    memmove(dst, src, bytes);
+  }
+  void memsetSync(void* dst, int value, size_t bytes) override {
+    use("cudaMemset");
+    memset(dst, value, bytes);
+  }
   void* ipcAlloc(size_t bytes, std::string* handle) override {
     static std::atomic<int> counter{0};
     std::string name = format("/strata-%d-gpusim-%d", getpid(), counter++);
@@ -304,7 +365,7 @@ class SimGpus final : public GpuBackend {
       shm_unlink(name.c_str());
       failErrno("simulated GPU: sizing an IPC segment");
     }
-    char* p = arenaTake(bytes, fd);
+    char* p = arenaTake(bytes, fd, use("cudaMalloc"));
     close(fd);
     remember(p, bytes, name);
     *handle = name;
@@ -325,7 +386,8 @@ class SimGpus final : public GpuBackend {
       if (fd >= 0) close(fd);
       return nullptr;
     }
-    char* p = arenaTake(static_cast<size_t>(st.st_size), fd);
+    // Mapped for the opening device, peer access enabled as cudaIpcMemLazyEnablePeerAccess does.
+    char* p = arenaTake(static_cast<size_t>(st.st_size), fd, use("cudaIpcOpenMemHandle"));
     close(fd);
     remember(p, static_cast<size_t>(st.st_size), "");
     return p;
@@ -334,9 +396,39 @@ class SimGpus final : public GpuBackend {
   std::string busId(int device) override { return format("0000:%02x:00.0", 0x10 + device); }
 
  private:
-  static int& current() {
-    thread_local int device = 0;
-    return device;
+  // The calling thread's device; -1 when it never set one (CUDA's device 0).
+  static int current() { return static_cast<int>(reinterpret_cast<intptr_t>(pthread_getspecific(arena().deviceKey))) - 1; }
+  static void setCurrent(int device) {
+    pthread_setspecific(arena().deviceKey, reinterpret_cast<void*>(static_cast<intptr_t>(device) + 1));
+  }
+  // The calling thread's device for a CUDA call. With STRATA_GPU_SIM_STRICT a thread
+  // that never set one is refused: CUDA would make device 0's context for it,
+  // which a library thread serving a rank on another GPU must not do.
+  int use(const char* call) const {
+    int d = current();
+    if (d < 0 && strict_)
+      fail(ncclInvalidUsage, "simulated GPU (STRATA_GPU_SIM_STRICT): %s on a thread that never set its device: CUDA "
+                             "would create device 0's context for it", call);
+    return std::max(d, 0);
+  }
+  // A kernel launch: CUDA refuses one into a stream of another device than the
+  // current; returns the device it runs on.
+  int launch(const char* kernel, void* stream) {
+    int d = use(kernel);
+    SimStream* st = ours(stream);
+    if (st && st->device() != d)
+      fail(ncclUnhandledCudaError, "simulated GPU: %s launched on device %d into a stream of device %d (CUDA refuses a "
+                                   "launch into a stream that is not the current device's)", kernel, d, st->device());
+    return d;
+  }
+  // A kernel on `device` touching `p`: another device's memory needs peer access
+  // (cudaDeviceEnablePeerAccess), or a real GPU faults with an illegal address.
+  static void reaches(int device, const char* kernel, const void* p) {
+    int owner = ownerOf(p);
+    if (owner < 0 || owner == device || (arena().peers[device].load() >> owner & 1)) return;
+    fail(ncclUnhandledCudaError, "simulated GPU: %s on device %d reads or writes device %d's memory at %p without "
+                                 "peer access (cudaDeviceEnablePeerAccess): an illegal address on a real GPU", kernel,
+         device, owner, p);
   }
   // IPC mappings: size and, for the owner, the segment's name.
   void remember(void* p, size_t bytes, const std::string& name) {
@@ -365,12 +457,13 @@ class SimGpus final : public GpuBackend {
     if (SimStream* st = ours(stream)) return *st;
     std::lock_guard<std::mutex> lock(mu_);
     std::unique_ptr<SimStream>& st = streams_[stream];
-    if (!st) st = std::make_unique<SimStream>();
+    if (!st) st = std::make_unique<SimStream>(std::max(current(), 0));
     return *st;
   }
   void on(void* stream, std::function<void()> work) { of(stream).push(std::move(work)); }
 
   int n_;
+  bool strict_;
   std::mutex mu_;
   std::map<void*, std::pair<size_t, std::string>> segments_;
   std::map<void*, std::unique_ptr<SimStream>> streams_;  // foreign handles; null is the legacy stream
@@ -378,6 +471,6 @@ class SimGpus final : public GpuBackend {
 
 }  // namespace
 
-std::unique_ptr<GpuBackend> simulatedGpus(int n) { return std::make_unique<SimGpus>(n); }
+std::unique_ptr<GpuBackend> simulatedGpus(int n, bool strict) { return std::make_unique<SimGpus>(n, strict); }
 
 }  // namespace strata::device

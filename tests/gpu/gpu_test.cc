@@ -287,13 +287,14 @@ std::string checkLarge(const Rank& r) {
   return err;
 }
 
-std::string deviceRank(int rank, int nranks, const ncclUniqueId& id) {
-  device::setCurrentDevice(0);  // every rank on the one GPU: Strata allows it, NCCL does not
+// Every collective, type and op on device buffers of GPU `gpu`.
+std::string checksOn(int gpu, int rank, int nranks, const ncclUniqueId& id) {
+  device::setCurrentDevice(gpu);
   Rank r{nullptr, device::streamCreate(), rank, nranks};
   RANK_NCCL(ncclCommInitRank(&r.comm, nranks, id, rank));
   int dev = -1;
   RANK_NCCL(ncclCommCuDevice(r.comm, &dev));
-  std::string err = dev == 0 ? "" : "ncclCommCuDevice says " + std::to_string(dev) + ", expected 0";
+  std::string err = dev == gpu ? "" : "ncclCommCuDevice says " + std::to_string(dev) + ", expected " + std::to_string(gpu);
   if (err.empty()) err = checkLarge(r);
   for (bool inPlace : {false, true})
     for (int t = 0; t < ncclNumTypes && err.empty(); ++t) {
@@ -307,6 +308,13 @@ std::string deviceRank(int rank, int nranks, const ncclUniqueId& id) {
   return err.empty() ? "" : "rank " + std::to_string(rank) + ": " + err;
 }
 
+// Every rank on the one GPU: Strata allows it, NCCL does not.
+std::string deviceRank(int rank, int nranks, const ncclUniqueId& id) { return checksOn(0, rank, nranks, id); }
+// Each rank on a GPU of its own where there are enough (rank % GPUs), as jobs run.
+std::string ownGpuRank(int rank, int nranks, const ncclUniqueId& id) {
+  return checksOn(rank % device::gpuCount(), rank, nranks, id);
+}
+
 class GpuCollectives : public ::testing::TestWithParam<std::tuple<Mode, int>> {};
 
 TEST_P(GpuCollectives, ExactResultsOnDeviceBuffers) {
@@ -317,6 +325,24 @@ TEST_P(GpuCollectives, ExactResultsOnDeviceBuffers) {
 
 INSTANTIATE_TEST_SUITE_P(OneGpu, GpuCollectives,
                          ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses), ::testing::Values(1, 2, 3, 4)),
+                         [](const auto& info) {
+                           return std::string(modeName(std::get<0>(info.param))) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
+                         });
+
+// Ranks on different GPUs: threads of one process reach each other's device memory
+// only with peer access enabled (a real GPU faults otherwise; the simulated ones
+// refuse the kernel), processes through CUDA IPC.
+class ManyGpus : public ::testing::TestWithParam<std::tuple<Mode, int>> {};
+
+TEST_P(ManyGpus, ExactResultsWithEachRankOnItsOwnGpu) {
+  REQUIRE_GPU();
+  if (device::gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs; " << device::gpuCount() << " visible";
+  auto [mode, n] = GetParam();
+  EXPECT_EQ(failures(runRanks(mode, n, ownGpuRank, 600)), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Spread, ManyGpus,
+                         ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses), ::testing::Values(2, 4)),
                          [](const auto& info) {
                            return std::string(modeName(std::get<0>(info.param))) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
                          });

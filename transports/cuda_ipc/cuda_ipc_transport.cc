@@ -52,6 +52,9 @@ std::string CudaIpcTransport::refusal(const PeerInfo& self, const PeerInfo& peer
   if (!self.sameHost(peer)) return "ranks on different hosts";
   if (self.device < 0 || peer.device < 0) return "a rank has no GPU";
   if (device::gpuCount() == 0) return device::gpuUnavailableReason();
+  if (self.sameProcess(peer) && !device::canAccessPeer(self.device, peer.device))
+    return format("GPUs %d and %d of this process have no peer access (cudaDeviceCanAccessPeer)", self.device,
+                  peer.device);
   const Config& cfg = config();
   if (cfg.p2pDisable) return "NCCL_P2P_DISABLE=1";
   topology::PlanOptions opts;
@@ -92,9 +95,14 @@ SharedRegion CudaIpcTransport::attachRegion(const ConnectRequest& req, const std
   STRATA_REQUIRE(handle.size() == sizeof h, ncclInternalError, "cuda_ipc: malformed handle from rank %d",
                  req.peer->rank);
   memcpy(static_cast<void*>(&h), handle.data(), sizeof h);
-  if (h.process == req.self->processHash)  // the same address space: the pointer itself
-    return SharedRegion{reinterpret_cast<void*>(h.pointer), h.bytes, nullptr, nullptr};
   OnDevice on(req.self->device);
+  if (h.process == req.self->processHash) {  // the same address space: the pointer itself, peer access on
+    std::string why;
+    STRATA_REQUIRE(device::enablePeerAccess(req.peer->device, &why), ncclUnhandledCudaError,
+                   "cuda_ipc: rank %d (GPU %d) cannot reach rank %d's GPU %d: %s", req.self->rank, req.self->device,
+                   req.peer->rank, req.peer->device, why.c_str());
+    return SharedRegion{reinterpret_cast<void*>(h.pointer), h.bytes, nullptr, nullptr};
+  }
   std::string why;
   void* p = device::ipcOpen(std::string(h.ipc, sizeof h.ipc), &why);
   STRATA_REQUIRE(p, ncclUnhandledCudaError, "cuda_ipc: rank %d cannot map rank %d's device memory: %s",
