@@ -139,10 +139,7 @@ void DeviceProxy::queue(std::shared_ptr<DeviceJob> job) {
 void DeviceProxy::run(DeviceJob& job, size_t k) {
   DevicePart& part = *job.parts[k];
   try {
-    if (job.direct) {
-      device::setCurrentDevice(comm_.device());
-      if (!stream_) stream_ = device::streamCreate();
-    }
+    if (job.direct && !stream_) stream_ = device::streamCreate();
     Executor ex(job.direct ? stream_ : nullptr);
     for (auto& [h, op] : part.ops) {
       Communicator& c = readyComm(h, op.fn);
@@ -159,7 +156,10 @@ void DeviceProxy::run(DeviceJob& job, size_t k) {
   raise(part.flag);
 }
 
+// On the communicator's GPU from the start: any CUDA call this thread makes would
+// otherwise create (and use) device 0's context, in every process of the job.
 void DeviceProxy::loop() {
+  if (comm_.device() >= 0) device::setCurrentDevice(comm_.device());
   auto ready = [&] {
     if (queue_.empty()) return false;
     DeviceJob& j = *queue_.front();
