@@ -44,6 +44,7 @@ class NoGpus final : public GpuBackend {
   void ipcClose(void*) override { refuse("CUDA IPC"); }
   std::string busId(int) override { return ""; }
   bool canAccessPeer(int, int) override { return false; }
+  int exchangeCaptureMode(int mode) override { return mode; }
   bool enablePeerAccess(int, std::string* why) override {
     *why = unavailableReason();
     return false;
@@ -73,8 +74,14 @@ int gpuCount() { return backend().count(); }
 std::string gpuUnavailableReason() { return backend().unavailableReason(); }
 bool isDevicePointer(const void* p, int* device) { return p && backend().isDevicePointer(p, device); }
 int currentDevice() { return backend().currentDevice(); }
-void* gpuAlloc(size_t bytes) { return backend().alloc(bytes); }
-void gpuFree(void* p) { backend().free(p); }
+void* gpuAlloc(size_t bytes) {
+  RelaxedCapture relaxed;
+  return backend().alloc(bytes);
+}
+void gpuFree(void* p) {
+  RelaxedCapture relaxed;
+  backend().free(p);
+}
 void gpuReduceInOrder(void* dst, const void* const* inputs, int n, size_t count, ncclDataType_t type,
                       const ReduceOp& op, void* stream) {
   if (count) backend().reduceInOrder(dst, inputs, n, count, type, op, stream);
@@ -85,9 +92,18 @@ void gpuPrepare(void* dst, const void* src, size_t count, ncclDataType_t type, c
 void gpuCopy(void* dst, const void* src, size_t bytes, void* stream) {
   if (bytes && dst != src) backend().copy(dst, src, bytes, stream);
 }
-bool streamCapturing(void* stream) { return backend().capturing(stream); }
-void* pinnedAlloc(size_t bytes) { return backend().pinnedAlloc(bytes); }
-void pinnedFree(void* p) { backend().pinnedFree(p); }
+bool streamCapturing(void* stream) {
+  RelaxedCapture relaxed;
+  return backend().capturing(stream);
+}
+void* pinnedAlloc(size_t bytes) {
+  RelaxedCapture relaxed;
+  return backend().pinnedAlloc(bytes);
+}
+void pinnedFree(void* p) {
+  RelaxedCapture relaxed;
+  backend().pinnedFree(p);
+}
 void copyAsync(void* dst, const void* src, size_t bytes, void* stream) {
   if (bytes) backend().copyAsync(dst, src, bytes, stream);
 }
@@ -99,19 +115,36 @@ void streamDestroy(void* stream) { backend().streamDestroy(stream); }
 void streamSynchronize(void* stream) { backend().streamSynchronize(stream); }
 bool streamIdle(void* stream) { return backend().streamIdle(stream); }
 void copySync(void* dst, const void* src, size_t bytes) {
+  RelaxedCapture relaxed;
   if (bytes) backend().copySync(dst, src, bytes);
 }
 void memsetSync(void* dst, int value, size_t bytes) {
+  RelaxedCapture relaxed;
   if (bytes) backend().memsetSync(dst, value, bytes);
 }
-void* ipcAlloc(size_t bytes, std::string* handle) { return backend().ipcAlloc(bytes, handle); }
-void ipcFree(void* p) { backend().ipcFree(p); }
-void* ipcOpen(const std::string& handle, std::string* why) { return backend().ipcOpen(handle, why); }
-void ipcClose(void* p) { backend().ipcClose(p); }
+void* ipcAlloc(size_t bytes, std::string* handle) {
+  RelaxedCapture relaxed;
+  return backend().ipcAlloc(bytes, handle);
+}
+void ipcFree(void* p) {
+  RelaxedCapture relaxed;
+  backend().ipcFree(p);
+}
+void* ipcOpen(const std::string& handle, std::string* why) {
+  RelaxedCapture relaxed;
+  return backend().ipcOpen(handle, why);
+}
+void ipcClose(void* p) {
+  RelaxedCapture relaxed;
+  backend().ipcClose(p);
+}
 bool exportDmabuf(const void* p, size_t bytes, int* fd, uint64_t* offset, std::string* why) {
   return backend().exportDmabuf(p, bytes, fd, offset, why);
 }
 std::string gpuBusId(int device) { return device < 0 ? "" : backend().busId(device); }
+RelaxedCapture::RelaxedCapture() : previous_(backend().exchangeCaptureMode(kRelaxedCapture)) {}
+RelaxedCapture::~RelaxedCapture() { backend().exchangeCaptureMode(previous_); }
+bool simulateCapture(void* stream, bool begin) { return backend().simulateCapture(stream, begin); }
 bool canAccessPeer(int device, int peer) { return device == peer || backend().canAccessPeer(device, peer); }
 bool enablePeerAccess(int peer, std::string* why) { return backend().enablePeerAccess(peer, why); }
 

@@ -76,6 +76,27 @@ void ipcClose(void* p);
 // in it. False with *why where the driver (or the simulation) cannot export it.
 bool exportDmabuf(const void* p, size_t bytes, int* fd, uint64_t* offset, std::string* why);
 
+// While it lives, the calling thread's CUDA calls are relaxed about stream capture
+// (cudaThreadExchangeStreamCaptureMode), as NCCL's are: an allocation, a free or a
+// synchronous copy would otherwise fail, and invalidate the capture, while another
+// thread captures a graph in global mode (PyTorch's default). Every call below that
+// CUDA counts as unsafe during a capture is made inside one.
+constexpr int kRelaxedCapture = 2;  // cudaStreamCaptureModeRelaxed
+class RelaxedCapture {
+ public:
+  RelaxedCapture();
+  ~RelaxedCapture();
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  int previous_;
+};
+// Simulated GPUs only (tests): the calling thread begins (`begin`) or ends capturing
+// `stream` in global mode; the end returns false when another thread's unsafe call
+// invalidated the capture. False on real GPUs (use cudaStreamBeginCapture there).
+bool simulateCapture(void* stream, bool begin);
+
 // Lets kernels on the current device read and write device `peer`'s memory
 // (cudaDeviceEnablePeerAccess; already enabled, or the same device, is fine);
 // false with *why where the pair has no peer access.

@@ -45,6 +45,15 @@ class GpuBackend {
   virtual void ipcClose(void* p) = 0;
   virtual std::string busId(int device) = 0;
   virtual bool canAccessPeer(int device, int peer) = 0;
+  // cudaThreadExchangeStreamCaptureMode: sets the calling thread's mode (0 global, 1
+  // thread-local, 2 relaxed, as cudaStreamCaptureMode) and returns the previous one.
+  virtual int exchangeCaptureMode(int mode) = 0;
+  // Simulated GPUs only: the calling thread begins (or ends) capturing `stream` in
+  // global mode; ending returns false when the capture was invalidated.
+  virtual bool simulateCapture(void* stream, bool begin) {
+    (void)stream, (void)begin;
+    return false;
+  }
   virtual bool enablePeerAccess(int peer, std::string* why) = 0;
   virtual bool exportDmabuf(const void* p, size_t bytes, int* fd, uint64_t* offset, std::string* why) {
     (void)p, (void)bytes, (void)fd, (void)offset;

@@ -151,6 +151,12 @@ class CudaGpus final : public GpuBackend {
     return p;
   }
   void ipcClose(void* p) override { checkCuda(cudaIpcCloseMemHandle(p), "cudaIpcCloseMemHandle"); }
+  int exchangeCaptureMode(int mode) override {
+    if (count_ == 0) return mode;
+    auto m = static_cast<cudaStreamCaptureMode>(mode);
+    if (cudaThreadExchangeStreamCaptureMode(&m) != cudaSuccess) cudaGetLastError();
+    return static_cast<int>(m);
+  }
   bool canAccessPeer(int device, int peer) override {
     int can = 0;
     bool ok = cudaDeviceCanAccessPeer(&can, device, peer) == cudaSuccess && can;

@@ -27,6 +27,7 @@
 
 #include "base/error.h"
 #include "device/dtypes.h"
+#include "device/gpu.h"
 #include "device/gpu_backend.h"
 
 namespace strata::device {
@@ -116,6 +117,10 @@ struct ArenaHeader {
   std::atomic<uint64_t> peers[kMaxSimGpus];  // bit j of peers[i]: device i's kernels reach device j's memory
   pthread_key_t deviceKey;  // each thread's device + 1 (null: never set), one key for every copy, as CUDA's
                             // current context is the driver's, not a runtime copy's
+  pthread_key_t modeKey;    // each thread's stream-capture mode + 1 (null: global)
+  std::atomic<uint64_t> captureThread;  // the thread capturing a stream in global mode (simulateCapture), or 0
+  std::atomic<uintptr_t> captureStream;
+  std::atomic<bool> captureInvalid;     // an unsafe call by another thread broke that capture
 };
 static_assert(sizeof(ArenaHeader) <= 4096, "the arena header is one page");
 constexpr uint64_t kArenaMagic = 0x5354524154414731ull;
@@ -131,7 +136,8 @@ ArenaHeader& arena() {
       if (mprotect(want, kOwnersOffset + kOwnersBytes, PROT_READ | PROT_WRITE) != 0)
         failErrno("simulated GPU: arena header");
       h->next.store(kOwnersOffset + kOwnersBytes);
-      if (pthread_key_create(&h->deviceKey, nullptr) != 0) fail(ncclSystemError, "simulated GPU: pthread_key_create");
+      if (pthread_key_create(&h->deviceKey, nullptr) != 0 || pthread_key_create(&h->modeKey, nullptr) != 0)
+        fail(ncclSystemError, "simulated GPU: pthread_key_create");
       h->magic.store(kArenaMagic, std::memory_order_release);
     } else if (p != MAP_FAILED) {
       munmap(p, kArenaBytes);
@@ -239,6 +245,7 @@ class SimGpus final : public GpuBackend {
     }
     char* block = nullptr;
     try {
+      unsafe("cudaMalloc");
       block = arenaTake(kBlockHeader + bytes, fd, use("cudaMalloc"));
     } catch (...) {
       close(fd);
@@ -250,6 +257,7 @@ class SimGpus final : public GpuBackend {
   }
   void free(void* p) override {
     STRATA_REQUIRE(inArena(p), ncclInvalidArgument, "simulated GPU: %p is not device memory", p);
+    unsafe("cudaFree");
     char* block = static_cast<char*>(p) - kBlockHeader;
     BlockHeader h;
     memcpy(&h, block, sizeof h);
@@ -296,14 +304,37 @@ class SimGpus final : public GpuBackend {
     reaches(dev, "the copy kernel", src);
     on(stream, [=] { memmove(dst, src, bytes); });
   }
-  bool capturing(void*) override { return false; }
+  bool capturing(void* stream) override {
+    if (!stream) unsafe("cudaStreamIsCapturing on the legacy stream");
+    return arena().captureThread.load() && arena().captureStream.load() == reinterpret_cast<uintptr_t>(stream);
+  }
+  int exchangeCaptureMode(int mode) override {
+    int previous = static_cast<int>(reinterpret_cast<intptr_t>(pthread_getspecific(arena().modeKey))) - 1;
+    pthread_setspecific(arena().modeKey, reinterpret_cast<void*>(static_cast<intptr_t>(mode) + 1));
+    return std::max(previous, 0);
+  }
+  bool simulateCapture(void* stream, bool begin) override {
+    ArenaHeader& a = arena();
+    if (begin) {
+      a.captureInvalid.store(false);
+      a.captureStream.store(reinterpret_cast<uintptr_t>(stream));
+      a.captureThread.store(static_cast<uint64_t>(pthread_self()));
+      return true;
+    }
+    a.captureThread.store(0);
+    return !a.captureInvalid.load();
+  }
   void* pinnedAlloc(size_t bytes) override {
     use("cudaHostAlloc");
+    unsafe("cudaHostAlloc");
     void* p = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
     if (!p) fail(ncclSystemError, "simulated GPU: out of pinned memory for %zu bytes", bytes);
     return p;
   }
-  void pinnedFree(void* p) override { std::free(p); }
+  void pinnedFree(void* p) override {
+    unsafe("cudaFreeHost");
+    std::free(p);
+  }
   // A copy engine's copy: any device's memory, from any device's stream (as CUDA).
   void copyAsync(void* dst, const void* src, size_t bytes, void* stream) override {
     use("cudaMemcpyAsync");
@@ -349,10 +380,12 @@ class SimGpus final : public GpuBackend {
   bool streamIdle(void* stream) override { return of(stream).idle(); }
   void copySync(void* dst, const void* src, size_t bytes) override {
     use("cudaMemcpy");
+    unsafe("cudaMemcpy");
     memmove(dst, src, bytes);
   }
   void memsetSync(void* dst, int value, size_t bytes) override {
     use("cudaMemset");
+    unsafe("cudaMemset");
     memset(dst, value, bytes);
   }
   void* ipcAlloc(size_t bytes, std::string* handle) override {
@@ -365,6 +398,13 @@ class SimGpus final : public GpuBackend {
       shm_unlink(name.c_str());
       failErrno("simulated GPU: sizing an IPC segment");
     }
+    try {
+      unsafe("cudaMalloc");
+    } catch (...) {
+      close(fd);
+      shm_unlink(name.c_str());
+      throw;
+    }
     char* p = arenaTake(bytes, fd, use("cudaMalloc"));
     close(fd);
     remember(p, bytes, name);
@@ -373,6 +413,7 @@ class SimGpus final : public GpuBackend {
     return p;
   }
   void ipcFree(void* p) override {
+    unsafe("cudaFree");
     auto [bytes, name] = forget(p);
     arenaRelease(p, bytes);
     shm_unlink(name.c_str());
@@ -410,6 +451,21 @@ class SimGpus final : public GpuBackend {
       fail(ncclInvalidUsage, "simulated GPU (STRATA_GPU_SIM_STRICT): %s on a thread that never set its device: CUDA "
                              "would create device 0's context for it", call);
     return std::max(d, 0);
+  }
+  // A call CUDA counts as unsafe during a stream capture: refused, and the capture
+  // invalidated, while another thread captures in global mode and this thread's mode
+  // is global, or while this thread captures and its mode is not relaxed.
+  static void unsafe(const char* call) {
+    ArenaHeader& a = arena();
+    uint64_t owner = a.captureThread.load();
+    if (!owner) return;
+    int mode = static_cast<int>(reinterpret_cast<intptr_t>(pthread_getspecific(a.modeKey))) - 1;  // -1: global
+    bool mine = owner == static_cast<uint64_t>(pthread_self());
+    if (mine ? mode == kRelaxedCapture : mode > 0) return;
+    a.captureInvalid.store(true);
+    fail(ncclUnhandledCudaError, "simulated GPU: %s while %s captures a graph in global mode: CUDA refuses it and "
+                                 "invalidates the capture (make the call in relaxed capture mode, as NCCL does)",
+         call, mine ? "this thread" : "another thread");
   }
   // A kernel launch: CUDA refuses one into a stream of another device than the
   // current; returns the device it runs on.

@@ -347,6 +347,42 @@ INSTANTIATE_TEST_SUITE_P(Spread, ManyGpus,
                            return std::string(modeName(std::get<0>(info.param))) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
                          });
 
+// A graph captured in global mode (PyTorch's default) by another thread while ranks
+// run collectives on device buffers: Strata's allocations, frees and synchronous
+// copies are made in relaxed capture mode, so none fails and the capture survives.
+TEST(GpuCapture, AnotherThreadsGlobalCaptureSurvivesTheCollectives) {
+  REQUIRE_GPU();
+  device::setCurrentDevice(0);
+  void* captured = device::streamCreate();
+  bool began = simulated() && device::simulateCapture(captured, true);
+#ifdef STRATA_TEST_CUDA
+  if (!simulated())
+    began = cudaStreamBeginCapture(static_cast<cudaStream_t>(captured), cudaStreamCaptureModeGlobal) == cudaSuccess;
+#endif
+  ASSERT_TRUE(began);
+  auto results = runRanks(Mode::kThreads, 2, [](int rank, int n, const ncclUniqueId& id) -> std::string {
+    device::setCurrentDevice(0);
+    Rank r{nullptr, device::streamCreate(), rank, n};
+    RANK_NCCL(ncclCommInitRank(&r.comm, n, id, rank));
+    std::string err = checkLarge(r);
+    ncclCommDestroy(r.comm);
+    device::streamDestroy(r.stream);
+    return err;
+  }, 600);
+  bool intact = simulated() && device::simulateCapture(captured, false);
+#ifdef STRATA_TEST_CUDA
+  if (!simulated()) {
+    cudaGraph_t g = nullptr;
+    intact = cudaStreamEndCapture(static_cast<cudaStream_t>(captured), &g) == cudaSuccess && g;
+    if (g) cudaGraphDestroy(g);
+    cudaGetLastError();
+  }
+#endif
+  device::streamDestroy(captured);
+  EXPECT_EQ(failures(results), "");
+  EXPECT_TRUE(intact) << "a call made while the other thread captured invalidated its capture";
+}
+
 // Stream order: the call returns before the stream has run it, and work enqueued
 // after it sees the result; on CUDA, a captured stream is refused with a clear error.
 TEST(GpuStreams, EnqueuedInOrderAndCaptureRefused) {
