@@ -102,12 +102,16 @@ void DeviceProxy::returnStaging(const std::vector<std::pair<void*, size_t>>& buf
   for (uint64_t* f : flags) freeFlags_.push_back(f);
 }
 
+// While a job's flag waits hold streams, frees that synchronise the device are kept
+// (device::holdFrees): another rank on this GPU may free before joining the job.
 void DeviceProxy::jobStarted() {
+  device::holdFrees();
   std::lock_guard<std::mutex> lock(mu_);
   ++unfinished_;
 }
 
 void DeviceProxy::jobFinished() {
+  device::releaseFrees();
   std::lock_guard<std::mutex> lock(mu_);
   --unfinished_;
   cv_.notify_all();

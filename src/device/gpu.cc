@@ -1,8 +1,14 @@
 // gpu.h's functions, served by the backend chosen at first use.
 #include "device/gpu.h"
 
+#include <atomic>
+#include <mutex>
+#include <utility>
+#include <vector>
+
 #include "base/config.h"
 #include "base/error.h"
+#include "base/log.h"
 #include "device/gpu_backend.h"
 
 namespace strata::device {
@@ -74,14 +80,74 @@ int gpuCount() { return backend().count(); }
 std::string gpuUnavailableReason() { return backend().unavailableReason(); }
 bool isDevicePointer(const void* p, int* device) { return p && backend().isDevicePointer(p, device); }
 int currentDevice() { return backend().currentDevice(); }
+namespace {
+
+// Frees kept while work that holds flag waits is in flight (holdFrees).
+enum class FreeKind { kDevice, kPinned, kIpc };
+struct KeptFrees {
+  std::mutex mu;  // held while freeing: no hold starts meanwhile
+  std::vector<std::pair<FreeKind, void*>> kept;
+  std::atomic<int> holds{0};
+};
+KeptFrees& keptFrees() {
+  static auto* k = new KeptFrees;  // never destroyed: frees may come at exit
+  return *k;
+}
+
+void freeNow(FreeKind kind, void* p) {
+  RelaxedCapture relaxed;
+  if (kind == FreeKind::kDevice) backend().free(p);
+  if (kind == FreeKind::kPinned) backend().pinnedFree(p);
+  if (kind == FreeKind::kIpc) backend().ipcFree(p);
+}
+
+// Under k.mu, with nothing holding: what was kept.
+void freeKeptLocked(KeptFrees& k) {
+  std::vector<std::pair<FreeKind, void*>> now;
+  now.swap(k.kept);
+  for (auto& [kind, p] : now) {
+    try {
+      freeNow(kind, p);
+    } catch (const Error& e) {
+      STRATA_WARN(-1, "device memory kept during device work: freeing it failed: %s", e.what());
+    }
+  }
+}
+
+void freeOrKeep(FreeKind kind, void* p) {
+  KeptFrees& k = keptFrees();
+  std::lock_guard<std::mutex> lock(k.mu);
+  if (k.holds.load() > 0) {
+    k.kept.emplace_back(kind, p);
+    return;
+  }
+  freeKeptLocked(k);
+  freeNow(kind, p);
+}
+
+// Before an allocation: frees what was kept, if nothing holds now.
+void freeKept() {
+  KeptFrees& k = keptFrees();
+  if (k.holds.load() > 0) return;
+  std::lock_guard<std::mutex> lock(k.mu);
+  if (k.holds.load() == 0 && !k.kept.empty()) freeKeptLocked(k);
+}
+
+}  // namespace
+
+void holdFrees() {
+  KeptFrees& k = keptFrees();
+  std::lock_guard<std::mutex> lock(k.mu);
+  k.holds.fetch_add(1);
+}
+void releaseFrees() { keptFrees().holds.fetch_sub(1); }
+
 void* gpuAlloc(size_t bytes) {
+  freeKept();
   RelaxedCapture relaxed;
   return backend().alloc(bytes);
 }
-void gpuFree(void* p) {
-  RelaxedCapture relaxed;
-  backend().free(p);
-}
+void gpuFree(void* p) { freeOrKeep(FreeKind::kDevice, p); }
 void gpuReduceInOrder(void* dst, const void* const* inputs, int n, size_t count, ncclDataType_t type,
                       const ReduceOp& op, void* stream) {
   if (count) backend().reduceInOrder(dst, inputs, n, count, type, op, stream);
@@ -97,13 +163,11 @@ bool streamCapturing(void* stream) {
   return backend().capturing(stream);
 }
 void* pinnedAlloc(size_t bytes) {
+  freeKept();
   RelaxedCapture relaxed;
   return backend().pinnedAlloc(bytes);
 }
-void pinnedFree(void* p) {
-  RelaxedCapture relaxed;
-  backend().pinnedFree(p);
-}
+void pinnedFree(void* p) { freeOrKeep(FreeKind::kPinned, p); }
 void copyAsync(void* dst, const void* src, size_t bytes, void* stream) {
   if (bytes) backend().copyAsync(dst, src, bytes, stream);
 }
@@ -123,13 +187,11 @@ void memsetSync(void* dst, int value, size_t bytes) {
   if (bytes) backend().memsetSync(dst, value, bytes);
 }
 void* ipcAlloc(size_t bytes, std::string* handle) {
+  freeKept();
   RelaxedCapture relaxed;
   return backend().ipcAlloc(bytes, handle);
 }
-void ipcFree(void* p) {
-  RelaxedCapture relaxed;
-  backend().ipcFree(p);
-}
+void ipcFree(void* p) { freeOrKeep(FreeKind::kIpc, p); }
 void* ipcOpen(const std::string& handle, std::string* why) {
   RelaxedCapture relaxed;
   return backend().ipcOpen(handle, why);

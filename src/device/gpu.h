@@ -27,6 +27,16 @@ int currentDevice();
 void* gpuAlloc(size_t bytes);
 void gpuFree(void* p);
 
+// Frees that synchronise a device (cudaFree, cudaFreeHost) wait for every stream on
+// it, also another rank's stream that a flag wait holds until this thread's next
+// call: with ranks sharing a GPU in one process, a deadlock. From holdFrees() to
+// its releaseFrees() (work holding such waits is in flight), gpuFree, pinnedFree
+// and ipcFree keep the memory, and a later call frees it once nothing holds; a
+// hold waits for a free in progress. releaseFrees makes no CUDA call (CUDA's
+// callback thread may call it).
+void holdFrees();
+void releaseFrees();
+
 // Kernels, enqueued on `stream` (0: the legacy default stream). Same results, to
 // the bit, as the CPU functions of the same names (cpu_reduce.h): fp16, bf16 and
 // fp8 are computed in float and rounded to nearest even after every step.

@@ -1,15 +1,17 @@
 // The GPU path (label "gpu"; every test skips, saying why, where no GPU is
 // visible). The kernels against the CPU bit for bit; every collective, type and op
 // on device buffers through the C API, 1-4 ranks on one GPU, as threads and as
-// processes, in place and out of place, checked exactly; stream order and graph
-// capture. The same tests run on simulated GPUs (STRATA_GPU_SIM=1, label
+// processes, in place and out of place, checked exactly, and a rank on each of
+// several GPUs; stream order; graph capture; ranks sharing a GPU. The same tests run on simulated GPUs (STRATA_GPU_SIM=1, label
 // "multiproc"), which exercises the device path's logic on machines without one.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -57,11 +59,17 @@ bool simulated() { return getenv("STRATA_GPU_SIM") && atoi(getenv("STRATA_GPU_SI
   if (!noGpuReason().empty()) GTEST_SKIP() << "no GPU: " << noGpuReason()
 
 // Device buffers the test owns.
+// Through ncclMemAlloc / ncclMemFree: with ranks sharing a GPU in one process, a
+// plain cudaFree between collectives would wait for another rank's stream held
+// until this thread's next call (a deadlock on a GPU; the simulated one aborts);
+// Strata's free keeps the memory while its device work is in flight.
 struct DeviceBuffer {
   void* p = nullptr;
   size_t bytes = 0;
-  explicit DeviceBuffer(size_t b) : p(device::gpuAlloc(b)), bytes(b) {}
-  ~DeviceBuffer() { device::gpuFree(p); }
+  explicit DeviceBuffer(size_t b) : bytes(b) {
+    if (ncclMemAlloc(&p, b) != ncclSuccess) throw std::runtime_error(std::string("ncclMemAlloc: ") + ncclGetLastError(nullptr));
+  }
+  ~DeviceBuffer() { ncclMemFree(p); }
   char* at(size_t offset) const { return static_cast<char*>(p) + offset; }
 };
 
@@ -346,6 +354,48 @@ INSTANTIATE_TEST_SUITE_P(Spread, ManyGpus,
                          [](const auto& info) {
                            return std::string(modeName(std::get<0>(info.param))) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
                          });
+
+// Ranks sharing one GPU in one process, on two communicators: rank 1's stream waits
+// in communicator B's all-reduce for rank 0, who first destroys communicator A. A
+// free that synchronised the device there (cudaFreeHost of A's flags) would wait for
+// rank 1's stream, which waits for rank 0: Strata keeps such frees until no device
+// work of its own is in flight.
+TEST(GpuSharing, DestroyingOneCommunicatorWhileAnotherWaitsOnTheGpu) {
+  REQUIRE_GPU();
+  ncclUniqueId idB;
+  ASSERT_EQ(ncclGetUniqueId(&idB), ncclSuccess);
+  std::atomic<bool> enqueued{false};
+  auto results = runRanks(Mode::kThreads, 2, [&](int rank, int n, const ncclUniqueId& idA) -> std::string {
+    device::setCurrentDevice(0);
+    auto s = static_cast<cudaStream_t>(device::streamCreate());
+    ncclComm_t a = nullptr, b = nullptr;
+    RANK_NCCL(ncclCommInitRank(&a, n, idA, rank));
+    RANK_NCCL(ncclCommInitRank(&b, n, idB, rank));
+    const size_t count = 1 << 16;
+    DeviceBuffer d(count * sizeof(float));
+    std::vector<float> ones(count, 1.0f), got(count);
+    device::copySync(d.p, ones.data(), count * sizeof(float));
+    RANK_NCCL(ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, a, s));  // A's proxy has its flags now
+    device::streamSynchronize(s);
+    if (rank == 1) {
+      RANK_NCCL(ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, b, s));
+      enqueued = true;
+    } else {
+      while (!enqueued) usleep(1000);
+      usleep(50000);  // rank 1's stream holds in B's wait by now
+      RANK_NCCL(ncclCommDestroy(a));
+      a = nullptr;
+      RANK_NCCL(ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, b, s));
+    }
+    device::streamSynchronize(s);
+    device::copySync(got.data(), d.p, count * sizeof(float));
+    if (a) ncclCommDestroy(a);
+    ncclCommDestroy(b);
+    device::streamDestroy(s);
+    return got[0] == 4.0f && got[count - 1] == 4.0f ? "" : "got " + std::to_string(got[0]) + ", expected 4";
+  }, 120);
+  EXPECT_EQ(failures(results), "");
+}
 
 // A graph captured in global mode (PyTorch's default) by another thread while ranks
 // run collectives on device buffers: Strata's allocations, frees and synchronous

@@ -1,0 +1,149 @@
+#include "device/gpu_sim_state.h"
+
+#include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "base/error.h"
+#include "device/gpu.h"
+
+namespace strata::device::sim {
+
+ArenaHeader& arena() {
+  static ArenaHeader* header = [] {
+    void* want = reinterpret_cast<void*>(kArenaBase);
+    void* p = mmap(want, kArenaBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    auto* h = static_cast<ArenaHeader*>(want);
+    if (p == want) {  // this copy reserved it: set up the header and the owners' bytes
+      if (mprotect(want, kOwnersOffset + kOwnersBytes, PROT_READ | PROT_WRITE) != 0)
+        failErrno("simulated GPU: arena header");
+      h->next.store(kOwnersOffset + kOwnersBytes);
+      if (pthread_key_create(&h->deviceKey, nullptr) != 0 || pthread_key_create(&h->modeKey, nullptr) != 0)
+        fail(ncclSystemError, "simulated GPU: pthread_key_create");
+      h->magic.store(kArenaMagic, std::memory_order_release);
+    } else if (p != MAP_FAILED) {
+      munmap(p, kArenaBytes);
+      fail(ncclSystemError, "simulated GPU: the kernel placed the arena elsewhere (no MAP_FIXED_NOREPLACE?)");
+    } else if (errno != EEXIST) {
+      failErrno("simulated GPU: reserving the arena");
+    }
+    while (h->magic.load(std::memory_order_acquire) != kArenaMagic) sched_yield();  // the other copy is setting it up
+    return h;
+  }();
+  return *header;
+}
+
+DeviceWork& deviceWork(int device) { return arena().work[device]; }
+
+bool inArena(const void* p) {
+  auto a = reinterpret_cast<uintptr_t>(p);
+  return a >= kArenaBase + kOwnersOffset + kOwnersBytes && a < kArenaBase + arena().next.load();
+}
+
+namespace {
+uint8_t* owners() { return reinterpret_cast<uint8_t*>(kArenaBase + kOwnersOffset); }
+}  // namespace
+int ownerOf(const void* p) {
+  if (!inArena(p)) return -1;
+  return __atomic_load_n(&owners()[(reinterpret_cast<uintptr_t>(p) - kArenaBase) / 4096], __ATOMIC_RELAXED) - 1;
+}
+
+char* arenaTake(size_t bytes, int fd, int device) {
+  size_t span = (bytes + 4095) / 4096 * 4096;
+  uint64_t off = arena().next.fetch_add(span);
+  STRATA_REQUIRE(off + span <= kArenaBytes, ncclSystemError, "simulated GPU: arena exhausted");
+  void* at = reinterpret_cast<void*>(kArenaBase + off);
+  int flags = MAP_FIXED | (fd >= 0 ? MAP_SHARED : MAP_PRIVATE | MAP_ANONYMOUS);
+  if (mmap(at, span, PROT_READ | PROT_WRITE, flags, fd, 0) != at) failErrno("simulated GPU: mapping device memory");
+  memset(owners() + off / 4096, device + 1, span / 4096);
+  return static_cast<char*>(at);
+}
+
+bool mappingOf(uintptr_t a, uintptr_t* start, uintptr_t* end) {
+  FILE* maps = fopen("/proc/self/maps", "r");
+  if (!maps) return false;
+  char line[512];
+  bool found = false;
+  while (!found && fgets(line, sizeof line, maps)) {
+    unsigned long s = 0, e = 0;
+    if (sscanf(line, "%lx-%lx", &s, &e) == 2 && a >= s && a < e) {
+      *start = s;
+      *end = e;
+      found = true;
+    }
+  }
+  fclose(maps);
+  return found;
+}
+
+void arenaRelease(void* at, size_t bytes) {
+  size_t span = (bytes + 4095) / 4096 * 4096;
+  memset(owners() + (reinterpret_cast<uintptr_t>(at) - kArenaBase) / 4096, 0, span / 4096);
+  mmap(at, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+}
+
+int currentDevice() { return static_cast<int>(reinterpret_cast<intptr_t>(pthread_getspecific(arena().deviceKey))) - 1; }
+void setCurrentDevice(int device) {
+  pthread_setspecific(arena().deviceKey, reinterpret_cast<void*>(static_cast<intptr_t>(device) + 1));
+}
+int exchangeCaptureMode(int mode) {
+  int previous = static_cast<int>(reinterpret_cast<intptr_t>(pthread_getspecific(arena().modeKey))) - 1;
+  pthread_setspecific(arena().modeKey, reinterpret_cast<void*>(static_cast<intptr_t>(mode) + 1));
+  return previous < 0 ? 0 : previous;
+}
+
+// cudaFree and cudaFreeHost wait for all work of the device (-1: of every device)
+// first. One held by a flag wait for 10 s is taken for the deadlock it is on a GPU
+// when the flag needs this thread's next call (ranks sharing a GPU in a process):
+// the process aborts, saying so, where a GPU would hang.
+void synchronizeDevice(int device, int devices, const char* call) {
+  auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    int queued = 0, held = 0;
+    for (int d = device < 0 ? 0 : device; d < (device < 0 ? devices : device + 1); ++d) {
+      queued += deviceWork(d).queued.load();
+      held += deviceWork(d).flagWaits.load();
+    }
+    if (queued == 0) return;
+    if (held > 0 && std::chrono::steady_clock::now() - start > std::chrono::seconds(10)) {
+      fprintf(stderr, "simulated GPU: %s synchronises %s, and a stream there has been held by a flag wait for 10 s: "
+                      "a deadlock where the flag waits for this thread's next call; aborting\n", call,
+              device < 0 ? "every device" : format("device %d", device).c_str());
+      abort();
+    }
+    usleep(200);
+  }
+}
+
+// A call CUDA counts as unsafe during a stream capture: refused, and the capture
+// invalidated, while another thread captures in global mode and this thread's mode
+// is global, or while this thread captures and its mode is not relaxed.
+void unsafeDuringCapture(const char* call) {
+  ArenaHeader& a = arena();
+  uint64_t owner = a.captureThread.load();
+  if (!owner) return;
+  int mode = static_cast<int>(reinterpret_cast<intptr_t>(pthread_getspecific(a.modeKey))) - 1;  // -1: global
+  bool mine = owner == static_cast<uint64_t>(pthread_self());
+  if (mine ? mode == kRelaxedCapture : mode > 0) return;
+  a.captureInvalid.store(true);
+  fail(ncclUnhandledCudaError, "simulated GPU: %s while %s captures a graph in global mode: CUDA refuses it and "
+                               "invalidates the capture (make the call in relaxed capture mode, as NCCL does)",
+       call, mine ? "this thread" : "another thread");
+}
+
+// A kernel on `device` touching `p`: another device's memory needs peer access
+// (cudaDeviceEnablePeerAccess), or a real GPU faults with an illegal address.
+void reaches(int device, const char* kernel, const void* p) {
+  int owner = ownerOf(p);
+  if (owner < 0 || owner == device || (arena().peers[device].load() >> owner & 1)) return;
+  fail(ncclUnhandledCudaError, "simulated GPU: %s on device %d reads or writes device %d's memory at %p without "
+                               "peer access (cudaDeviceEnablePeerAccess): an illegal address on a real GPU", kernel,
+       device, owner, p);
+}
+
+}  // namespace strata::device::sim

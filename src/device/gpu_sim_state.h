@@ -1,0 +1,153 @@
+// The simulated GPUs' shared state (gpu_sim.cc): device memory in one fixed range
+// of the address space whose pages know their device, the streams (worker threads),
+// each device's outstanding work, each thread's device and stream-capture mode, and
+// the rules of CUDA the simulation enforces on them. Kept in the range itself, so
+// that every copy of the device layer in a process (libnccl.so.2 and a test linking
+// it statically) sees one state, as every copy of the CUDA runtime sees one driver.
+#pragma once
+
+#include <pthread.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace strata::device::sim {
+
+// Each device's work queued or running on its streams, and flag waits holding them
+// (the arena's, so that every copy of this code counts alike; see deviceWork()).
+struct DeviceWork {
+  std::atomic<int> queued;
+  std::atomic<int> flagWaits;
+};
+DeviceWork& deviceWork(int device);
+
+// Work in order on one thread, like a CUDA stream of device `device`.
+class SimStream {
+ public:
+  explicit SimStream(int device) : device_(device), worker_([this] { loop(); }) {}
+  int device() const { return device_; }
+  ~SimStream() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+  void push(std::function<void()> work) {
+    deviceWork(device_).queued.fetch_add(1);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(work));
+    }
+    cv_.notify_all();
+  }
+  void synchronize() {
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  }
+  bool idle() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return queue_.empty() && !busy_;
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::function<void()> work;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        work = std::move(queue_.front());
+        queue_.pop_front();
+        busy_ = true;
+      }
+      work();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        busy_ = false;
+      }
+      deviceWork(device_).queued.fetch_sub(1);
+      idle_.notify_all();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_, idle_;
+  std::deque<std::function<void()>> queue_;
+  bool busy_ = false, stop_ = false;
+  int device_;
+  std::thread worker_;
+};
+
+// Simulated device memory lives in one fixed range of the address space, so that
+// every copy of this code in a process (libnccl.so.2 and a test linking the device
+// layer statically) tells device from host memory alike, with no shared registry.
+// The first page holds the bump allocator both copies use and which devices have
+// peer access to which; then a byte per arena page says whose memory it is
+// (device + 1; 0: none), committed only where touched.
+constexpr uintptr_t kArenaBase = 0x5f0000000000;
+constexpr size_t kArenaBytes = size_t{1} << 40;
+constexpr size_t kOwnersOffset = 4096, kOwnersBytes = kArenaBytes / 4096;
+constexpr int kMaxSimGpus = 64;
+constexpr size_t kBlockHeader = 256;  // before each block: a BlockHeader
+
+// Each allocation is a memfd of its own, mapped into the arena, so that it can be
+// exported as a dma-buf would be (GPUDirect RDMA): the fd stays open until it is freed.
+struct BlockHeader {
+  uint64_t bytes;
+  int32_t fd;
+  uint32_t magic;
+};
+constexpr uint32_t kBlockMagic = 0x53424c4b;  // "SBLK"
+
+struct ArenaHeader {
+  std::atomic<uint64_t> magic;
+  std::atomic<uint64_t> next;  // offset of the next free byte
+  std::atomic<uint64_t> peers[kMaxSimGpus];  // bit j of peers[i]: device i's kernels reach device j's memory
+  pthread_key_t deviceKey;  // each thread's device + 1 (null: never set), one key for every copy, as CUDA's
+                            // current context is the driver's, not a runtime copy's
+  pthread_key_t modeKey;    // each thread's stream-capture mode + 1 (null: global)
+  std::atomic<uint64_t> captureThread;  // the thread capturing a stream in global mode (simulateCapture), or 0
+  std::atomic<uintptr_t> captureStream;
+  std::atomic<bool> captureInvalid;     // an unsafe call by another thread broke that capture
+  DeviceWork work[kMaxSimGpus];
+};
+static_assert(sizeof(ArenaHeader) <= 4096, "the arena header is one page");
+constexpr uint64_t kArenaMagic = 0x5354524154414731ull;
+constexpr uint64_t kStreamMagic = 0x5354524d53494d31ull;  // "STRMSIM1": a stream made by some copy of this code
+constexpr size_t kStreamHeader = 64;
+
+ArenaHeader& arena();
+bool inArena(const void* p);
+// The device whose memory holds `p`; -1 when none does.
+int ownerOf(const void* p);
+// Takes `bytes` (page-rounded) of the arena for `device` (-1: no device's memory);
+// `fd` >= 0 maps that segment there.
+char* arenaTake(size_t bytes, int fd, int device);
+// The mapping of this process that holds address `a`.
+bool mappingOf(uintptr_t a, uintptr_t* start, uintptr_t* end);
+// Gives a block's pages back (the addresses are not reused).
+void arenaRelease(void* at, size_t bytes);
+
+// The calling thread's device; -1 when it never set one (CUDA's device 0).
+int currentDevice();
+void setCurrentDevice(int device);
+// The calling thread's stream-capture mode (cudaStreamCaptureMode); returns the previous.
+int exchangeCaptureMode(int mode);
+
+// The rules. cudaFree and cudaFreeHost first wait for all work of `device` (-1: of
+// each of `devices`); a wait a flag holds for 10 s aborts, as the deadlock it is.
+void synchronizeDevice(int device, int devices, const char* call);
+// A call CUDA counts as unsafe during a stream capture (fails, invalidating it).
+void unsafeDuringCapture(const char* call);
+// A kernel on `device` touching `p` without peer access to its device fails.
+void reaches(int device, const char* kernel, const void* p);
+
+}  // namespace strata::device::sim
