@@ -9,9 +9,9 @@
 
 namespace strata::transport::ib {
 
-// Per queue pair: every receive of every slot (messages above max_msg_sz take
-// several writes; a grouped receive one more), and the FIFO writes.
-constexpr int kSendWrs = 4 * kDepth * kMaxRecvs;
+// Per queue pair: every receive of every slot (up to 4 writes each: messages above
+// max_msg_sz take several), each group's write of the sizes, and the FIFO writes.
+constexpr int kSendWrs = (4 * kMaxRecvs + 1) * kDepth;
 
 void QpSet::create(const Port& p, int queuePairs) {
   const Verbs& v = *verbs();

@@ -16,7 +16,8 @@ namespace strata::transport::ib {
 constexpr int kDepth = 32;  // requests in flight per connection (NCCL_NET_MAX_REQUESTS)
 constexpr int kMaxQps = 16;
 constexpr int kMaxRecvs = net::kMaxRecvs;  // receives per FIFO slot (one grouped irecv)
-constexpr uint32_t kMagic = 0x53494232;  // "SIB2": FIFO slots of kMaxRecvs entries
+constexpr uint32_t kMagic = 0x53494232;    // "SIB2": FIFO slots of kMaxRecvs entries
+constexpr uint32_t kMagicV1 = 0x53494231;  // "SIB1": one entry a slot (before grouped receives)
 
 // One receive of a posted irecv, as the receiver writes it into the sender's FIFO:
 // every entry of the group carries the group's size `nreqs` and `seq` (the

@@ -75,6 +75,9 @@ class IbNetwork final : public net::Network {
   // it is up) the queue pairs and this end's info, then the receiver's answer.
   void* connect(int dev, void* handle) override {
     Handle* h = static_cast<Handle*>(handle);
+    STRATA_REQUIRE(h->magic != kMagicV1, ncclInvalidUsage,
+                   "IB: the receiver at %s speaks an older version of Strata's IB protocol (SIB1, before grouped "
+                   "receives): run one Strata build on every rank", h->addr.str().c_str());
     STRATA_REQUIRE(h->magic == kMagic, ncclInternalError, "IB: a connection handle that is not IB's");
     auto* c = reinterpret_cast<SendComm*>(h->pending);
     if (!c) {

@@ -38,13 +38,17 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
     offering_ = true;  // the offers waiting stay: this one may join them
     progressLocked();
     offering_ = false;
+    throwRefusal();
     if (!putError_.empty() && !failed_) failWith(Error(ncclRemoteError, putError_));
     if (failed_ || !putComm_ || offers_.size() >= kMaxOffers) return false;
     try {
       offers_.push_back(takeDeclined(dst, bytes));
       offers_.back().independent = independent;
+      wanted_.store(true, std::memory_order_relaxed);  // a sweep may post it
       if (independent && unposted() < static_cast<size_t>(maxRecvs_)) return true;
-      if (postWaiting() || independent) return true;  // an independent offer waits its turn
+      bool posted = postWaitingOrRefuse();
+      throwRefusal();
+      if (posted || independent) return true;  // an independent offer waits its turn
       declined_ = offers_.back();  // registered: the caller tries again with the same
       offers_.pop_back();
       return false;
@@ -57,12 +61,21 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
   bool tryPutDone(size_t* bytes) override {
     std::lock_guard<std::mutex> lock(mu_);
     progressLocked();
+    throwRefusal();
     if (failed_ || offers_.empty()) return false;
+    if (!offers_.front().posted) {
+      try {
+        postWaitingOrRefuse();
+      } catch (const Error& e) {
+        failWith(e);
+        return false;
+      }
+      throwRefusal();
+      if (offers_.empty() || !offers_.front().posted) return false;
+    }
     Offer& o = offers_.front();
     size_t got = 0;
     try {
-      if (!o.posted) postWaiting();
-      if (!o.posted) return false;
       Posted& p = *o.posted;
       if (!p.arrived && !net_.test(p.request, p.got)) return false;
       p.arrived = true;
@@ -146,6 +159,29 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
     for (auto it = offers_.rbegin(); it != offers_.rend() && !it->posted; ++it) ++n;
     return n;
   }
+  // postWaiting, but a receive the network refuses as the caller's mistake (larger
+  // than it takes) drops the waiting offers and is thrown to the rank's next call
+  // (throwRefusal), as a refusal at the offer would have been: the operation fails,
+  // the connection stays.
+  bool postWaitingOrRefuse() {
+    try {
+      return postWaiting();
+    } catch (const Error& e) {
+      if (e.code() != ncclInvalidUsage) throw;
+      while (!offers_.empty() && !offers_.back().posted) {
+        deregPut(putComm_, offers_.back().mh);
+        offers_.pop_back();
+      }
+      refusal_ = e.what();
+      return false;
+    }
+  }
+  void throwRefusal() {
+    if (refusal_.empty()) return;
+    std::string why = std::move(refusal_);
+    refusal_.clear();
+    throw Error(ncclInvalidUsage, why);
+  }
   // Posts the waiting offers, oldest first: runs of independent ones as grouped
   // receives of up to maxRecvs, any other alone. False when the network declined
   // one (the rest wait).
@@ -196,7 +232,7 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
     return (!comm_ && listen_) || (!putComm_ && putListen_) || (!offers_.empty() && !offers_.back().posted);
   }
   void step() override {
-    if (putComm_ && !offering_) postWaiting();
+    if (putComm_ && !offering_) postWaitingOrRefuse();
     if (!putComm_ && putListen_) {
       try {
         putComm_ = net_.accept(putListen_);
@@ -237,6 +273,7 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
   Offer declined_;  // a registered offer the network declined, kept for the retry
   int maxRecvs_ = 1;  // the device's, at most kMaxRecvs
   bool offering_ = false;  // inside tryOffer: the waiting offers are not posted yet
+  std::string refusal_;    // why the network refused a waiting offer, for the rank's next call
   std::string putError_;  // why the put comm could not come up
   uint64_t posted_ = 0, arrived_ = 0, consumed_ = 0;  // receives posted, completed, released by the rank
   bool aborted_ = false;  // by this rank
