@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "core/device_proxy.h"
+#include "device/gpu.h"
 
 namespace strata::core {
 namespace {
@@ -87,8 +88,11 @@ ncclComm* newHandle(int rank, int nranks, const CommOptions& opts) {
   return h;
 }
 
+// On the communicator's GPU (an init thread of Strata's own has none set: restoring
+// CUDA's "device 0" after a call would create device 0's context for it).
 void runInit(ncclComm* h, const std::function<std::unique_ptr<Communicator>()>& job) {
   try {
+    if (h->opts.device >= 0 && h->opts.device < device::gpuCount()) device::setCurrentDevice(h->opts.device);
     h->impl = job();
     h->initState.store(ncclSuccess);
   } catch (const Error& e) {

@@ -28,10 +28,16 @@ struct DeviceJob {
   std::vector<std::unique_ptr<DevicePart>> parts;
   size_t next = 0;                                 // the first part the proxy has not run
   std::vector<std::pair<void*, size_t>> buffers;   // pinned staging, back to the pool at the end
-  std::atomic<int> finishing{0};                   // streams whose outputs are not copied back yet
+  std::atomic<int> finishing{0};                   // streams whose outputs are not copied back yet, + 1 for the proxy
   std::vector<DeviceProxy*> proxies;               // every communicator the job touches
   DeviceProxy* home = nullptr;                     // the one that runs it
   bool direct = false;                             // on the device buffers, no host staging
 };
+
+// One stream's outputs are copied back (CUDA's callback thread; the enqueuing thread
+// for a stream whose enqueue failed), or the proxy has run the job's last part: the
+// last of these returns the staging, forgets the job and tells every proxy it
+// touched (the proxy's share keeps the staging until it is done with it).
+void onOutputsCopied(void* job);
 
 }  // namespace strata::core

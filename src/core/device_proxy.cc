@@ -117,18 +117,21 @@ void DeviceProxy::jobFinished() {
   cv_.notify_all();
 }
 
-void DeviceProxy::notifyInputs() {
+// Under the lock, which the proxy holds when it looks: it sees the last stream's
+// inputs only once this call no longer touches the part, the job or the proxy (the
+// job may finish, and the communicator go, as soon as the proxy has run it).
+void DeviceProxy::inputStaged(DevicePart* part) {
   std::lock_guard<std::mutex> lock(mu_);
-  cv_.notify_all();
+  if (part->waiting.fetch_sub(1) == 1) cv_.notify_all();
 }
 
-void DeviceProxy::forget(const DeviceJob* job) {
-  std::shared_ptr<DeviceJob> last;  // freed outside the lock
+std::shared_ptr<DeviceJob> DeviceProxy::forget(const DeviceJob* job) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(job);
-  if (it == jobs_.end()) return;
-  last = std::move(it->second);
+  if (it == jobs_.end()) return nullptr;
+  std::shared_ptr<DeviceJob> last = std::move(it->second);
   jobs_.erase(it);
+  return last;
 }
 
 void DeviceProxy::queue(std::shared_ptr<DeviceJob> job) {
@@ -158,12 +161,17 @@ void DeviceProxy::run(DeviceJob& job, size_t k) {
     failPart(part, ncclInternalError, e.what(), comm_.rank());
   }
   raise(part.flag);
+  if (k + 1 == job.parts.size()) onOutputsCopied(&job);  // the proxy's share: done with the staging
 }
 
 // On the communicator's GPU from the start: any CUDA call this thread makes would
 // otherwise create (and use) device 0's context, in every process of the job.
 void DeviceProxy::loop() {
-  if (comm_.device() >= 0) device::setCurrentDevice(comm_.device());
+  try {
+    if (comm_.device() >= 0) device::setCurrentDevice(comm_.device());
+  } catch (const Error& e) {  // its calls fail alike later, each with its own message
+    STRATA_WARN(comm_.rank(), "device path: the proxy cannot use GPU %d: %s", comm_.device(), e.what());
+  }
   auto ready = [&] {
     if (queue_.empty()) return false;
     DeviceJob& j = *queue_.front();
@@ -176,8 +184,11 @@ void DeviceProxy::loop() {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || ready(); });
       if (stop_) {  // release() gave up waiting: free the streams, the outputs are lost
-        for (auto& j : queue_)
+        std::vector<std::shared_ptr<DeviceJob>> left(queue_.begin(), queue_.end());
+        for (auto& j : left)
           for (auto& p : j->parts) raise(p->flag);
+        lock.unlock();
+        for (auto& j : left) onOutputsCopied(j.get());  // the proxy's share of each
         return;
       }
       job = queue_.front();

@@ -29,6 +29,7 @@ namespace strata::core {
 
 class Communicator;
 struct DeviceJob;
+struct DevicePart;
 
 class DeviceProxy {
  public:
@@ -56,8 +57,10 @@ class DeviceProxy {
   // Job bookkeeping, for the stream callbacks.
   void jobStarted();
   void jobFinished();
-  void notifyInputs();
-  void forget(const DeviceJob* job);
+  // One stream's inputs for `part` are staged (CUDA's callback thread).
+  void inputStaged(DevicePart* part);
+  // The job, out of this proxy's keeping (null if it was not kept).
+  std::shared_ptr<DeviceJob> forget(const DeviceJob* job);
   void queue(std::shared_ptr<DeviceJob> job);
 
  private:

@@ -37,9 +37,11 @@ constexpr size_t kStageChunkBytes = 4 << 20;
 // CUDA's callback thread: no CUDA calls, no blocking.
 void onInputsStaged(void* arg) {
   auto* part = static_cast<DevicePart*>(arg);
-  if (part->waiting.fetch_sub(1) != 1) return;
-  part->home->notifyInputs();
+  part->home->inputStaged(part);
 }
+
+
+}  // namespace
 
 void onOutputsCopied(void* arg) {
   auto* job = static_cast<DeviceJob*>(arg);
@@ -47,9 +49,11 @@ void onOutputsCopied(void* arg) {
   std::vector<uint64_t*> flags;
   for (auto& part : job->parts) flags.push_back(part->flag);
   job->home->returnStaging(job->buffers, flags);
-  for (DeviceProxy* p : job->proxies) p->jobFinished();
-  job->home->forget(job);  // the last reference: the job is freed
+  std::shared_ptr<DeviceJob> last = job->home->forget(job);  // freed once the proxies are told
+  for (DeviceProxy* p : job->proxies) p->jobFinished();  // the last use of each: it may be destroyed next
 }
+
+namespace {
 
 void addProxy(DeviceJob& job, DeviceProxy& p) {
   if (std::find(job.proxies.begin(), job.proxies.end(), &p) == job.proxies.end()) job.proxies.push_back(&p);
@@ -132,6 +136,21 @@ bool directOp(ncclComm* h, const OpDesc& op) {
   return device::isDevicePointer(op.sendbuff) && device::isDevicePointer(op.recvbuff) && c.deviceCapable(op.coll, bytes);
 }
 
+// A CUDA call failed while stream `failed` of `streams` was being given its work
+// (`staged` of its parts told to the proxy, `finishes` streams given their last
+// callback): the proxy still runs the job, so that the peers are not left waiting
+// (this rank's output is lost; the caller sees the error), and finishes for the
+// streams that will never call back.
+void abandonStreams(DeviceJob& job, size_t failed, size_t staged, size_t streams, size_t finishes, int prev) {
+  try {
+    device::setCurrentDevice(prev);
+  } catch (const Error&) {  // the error being thrown says more
+  }
+  for (size_t s = failed; s < streams; ++s)
+    for (size_t k = s == failed ? staged : 0; k < job.parts.size(); ++k) onInputsStaged(job.parts[k].get());
+  for (size_t s = finishes; s < streams; ++s) onOutputsCopied(&job);  // the last share may finish the job
+}
+
 // Without staging when the group is one communicator on one stream and every operation is direct.
 bool direct(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
   for (auto& [h, op] : ops)
@@ -182,25 +201,34 @@ void DeviceProxy::enqueue(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) 
     part->waiting = static_cast<int>(streams.size());
     part->home = job->home;
   }
-  job->finishing = static_cast<int>(streams.size());
+  job->finishing = static_cast<int>(streams.size()) + 1;  // and the proxy's share, once it has run the job
   for (DeviceProxy* p : job->proxies) p->jobStarted();
   job->home->queue(job);
   // Per stream: every part's inputs, each followed by a word to the proxy; then each
   // part's wait and copies back; then the staging goes back to the pool.
-  for (auto& [stream, dev] : streams) {
-    int prev = device::setCurrentDevice(dev);
-    for (size_t k = 0; k < job->parts.size(); ++k) {
-      for (const Transfer& t : copies[k].in)
-        if (t.stream == stream) device::copyAsync(t.dst, t.src, t.bytes, t.stream);
-      device::hostCallback(stream, onInputsStaged, job->parts[k].get());
+  size_t s = 0, staged = 0, finishes = 0;  // streams begun; parts of stream s told to the proxy; callbacks at the end
+  int prev = -1;
+  try {
+    for (; s < streams.size(); ++s, staged = 0) {
+      auto [stream, dev] = streams[s];
+      prev = device::setCurrentDevice(dev);
+      for (; staged < job->parts.size(); ++staged) {
+        for (const Transfer& t : copies[staged].in)
+          if (t.stream == stream) device::copyAsync(t.dst, t.src, t.bytes, t.stream);
+        device::hostCallback(stream, onInputsStaged, job->parts[staged].get());
+      }
+      for (size_t k = 0; k < job->parts.size(); ++k) {
+        device::waitHostFlag(stream, job->parts[k]->flag, 1);
+        for (const Transfer& t : copies[k].out)
+          if (t.stream == stream) device::copyAsync(t.dst, t.src, t.bytes, t.stream);
+      }
+      device::hostCallback(stream, onOutputsCopied, job.get());
+      ++finishes;
+      device::setCurrentDevice(prev);
     }
-    for (size_t k = 0; k < job->parts.size(); ++k) {
-      device::waitHostFlag(stream, job->parts[k]->flag, 1);
-      for (const Transfer& t : copies[k].out)
-        if (t.stream == stream) device::copyAsync(t.dst, t.src, t.bytes, t.stream);
-    }
-    device::hostCallback(stream, onOutputsCopied, job.get());
-    device::setCurrentDevice(prev);
+  } catch (const Error&) {
+    abandonStreams(*job, s, staged, streams.size(), finishes, prev);
+    throw;
   }
 }
 

@@ -138,6 +138,7 @@ void freeKept() {
 void holdFrees() {
   KeptFrees& k = keptFrees();
   std::lock_guard<std::mutex> lock(k.mu);
+  if (k.holds.load() == 0 && !k.kept.empty()) freeKeptLocked(k);  // nothing in flight: the last chance for a while
   k.holds.fetch_add(1);
 }
 void releaseFrees() { keptFrees().holds.fetch_sub(1); }
@@ -176,8 +177,14 @@ void waitHostFlag(void* stream, const uint64_t* flag, uint64_t value) { backend(
 int setCurrentDevice(int device) { return backend().setCurrentDevice(device); }
 void* streamCreate() { return backend().streamCreate(); }
 void streamDestroy(void* stream) { backend().streamDestroy(stream); }
-void streamSynchronize(void* stream) { backend().streamSynchronize(stream); }
-bool streamIdle(void* stream) { return backend().streamIdle(stream); }
+void streamSynchronize(void* stream) {
+  RelaxedCapture relaxed;
+  backend().streamSynchronize(stream);
+}
+bool streamIdle(void* stream) {
+  RelaxedCapture relaxed;
+  return backend().streamIdle(stream);
+}
 void copySync(void* dst, const void* src, size_t bytes) {
   RelaxedCapture relaxed;
   if (bytes) backend().copySync(dst, src, bytes);

@@ -49,8 +49,10 @@ class SimGpus final : public GpuBackend {
     return true;
   }
   int currentDevice() override { return std::max(sim::currentDevice(), 0); }
+  // -1 for a thread that never set one: restoring that leaves the thread alone (a
+  // CUDA thread restored to "device 0" would get device 0's context).
   int setCurrentDevice(int device) override {
-    int prev = currentDevice();
+    int prev = sim::currentDevice();
     if (device >= 0) sim::setCurrentDevice(device % n_);
     return prev;
   }
@@ -200,15 +202,21 @@ class SimGpus final : public GpuBackend {
       arenaRelease(stream, kStreamHeader + sizeof(SimStream));
       return;
     }
-    std::unique_ptr<SimStream> gone;
+    std::vector<std::unique_ptr<SimStream>> gone;  // joined outside the lock
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = streams_.find(stream);
-    if (it == streams_.end()) return;
-    gone = std::move(it->second);
-    streams_.erase(it);
+    for (auto it = streams_.lower_bound({stream, 0}); it != streams_.end() && it->first.first == stream;) {
+      gone.push_back(std::move(it->second));
+      it = streams_.erase(it);
+    }
   }
-  void streamSynchronize(void* stream) override { of(stream).synchronize(); }
-  bool streamIdle(void* stream) override { return of(stream).idle(); }
+  void streamSynchronize(void* stream) override {
+    sim::unsafeDuringCapture("cudaStreamSynchronize");
+    of(stream).synchronize();
+  }
+  bool streamIdle(void* stream) override {
+    sim::unsafeDuringCapture("cudaStreamQuery");
+    return of(stream).idle();
+  }
   void copySync(void* dst, const void* src, size_t bytes) override {
     use("cudaMemcpy");
     sim::unsafeDuringCapture("cudaMemcpy");
@@ -308,15 +316,17 @@ class SimGpus final : public GpuBackend {
     memcpy(&magic, stream, sizeof magic);
     return magic == kStreamMagic ? reinterpret_cast<SimStream*>(static_cast<char*>(stream) + kStreamHeader) : nullptr;
   }
-  // Stream 0 is one per process, as the legacy default stream. A handle no copy of
+  // Stream 0 is one per device, as the legacy default stream. A handle no copy of
   // this backend made (a program without a CUDA runtime, such as a perf tool on
   // simulated GPUs, names its streams with pointers of its own) is a stream made
-  // on first use; it lives until streamDestroy or the end of the process.
+  // on first use on the current device; it lives until streamDestroy or the end of
+  // the process.
   SimStream& of(void* stream) {
     if (SimStream* st = ours(stream)) return *st;
+    int device = std::max(sim::currentDevice(), 0);
     std::lock_guard<std::mutex> lock(mu_);
-    std::unique_ptr<SimStream>& st = streams_[stream];
-    if (!st) st = std::make_unique<SimStream>(std::max(sim::currentDevice(), 0));
+    std::unique_ptr<SimStream>& st = streams_[{stream, device}];
+    if (!st) st = std::make_unique<SimStream>(device);
     return *st;
   }
   void on(void* stream, std::function<void()> work) { of(stream).push(std::move(work)); }
@@ -325,7 +335,7 @@ class SimGpus final : public GpuBackend {
   bool strict_;
   std::mutex mu_;
   std::map<void*, std::pair<size_t, std::string>> segments_;
-  std::map<void*, std::unique_ptr<SimStream>> streams_;  // foreign handles; null is the legacy stream
+  std::map<std::pair<void*, int>, std::unique_ptr<SimStream>> streams_;  // foreign handles by device; null: legacy
 };
 
 }  // namespace

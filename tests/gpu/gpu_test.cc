@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <stdexcept>
@@ -393,6 +394,43 @@ TEST(GpuSharing, DestroyingOneCommunicatorWhileAnotherWaitsOnTheGpu) {
     ncclCommDestroy(b);
     device::streamDestroy(s);
     return got[0] == 4.0f && got[count - 1] == 4.0f ? "" : "got " + std::to_string(got[0]) + ", expected 4";
+  }, 120);
+  EXPECT_EQ(failures(results), "");
+}
+
+// A stream of another GPU than the communicator's: the launch fails (CUDA refuses a
+// kernel in a stream of another device), the call says so, and the communicator
+// goes on: the abandoned job still finishes (nothing waits for it at destroy) and
+// the next call on a right stream is exact.
+TEST(ManyGpusErrors, AStreamOfAnotherGpuFailsTheCallAndTheCommunicatorGoesOn) {
+  REQUIRE_GPU();
+  if (device::gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs; " << device::gpuCount() << " visible";
+  auto results = runRanks(Mode::kThreads, 1, [](int rank, int n, const ncclUniqueId& id) -> std::string {
+    device::setCurrentDevice(1);
+    auto other = static_cast<cudaStream_t>(device::streamCreate());
+    device::setCurrentDevice(0);
+    auto mine = static_cast<cudaStream_t>(device::streamCreate());
+    ncclComm_t comm;
+    RANK_NCCL(ncclCommInitRank(&comm, n, id, rank));
+    const size_t count = 4096;
+    DeviceBuffer d(count * sizeof(float));
+    std::vector<float> ones(count, 1.0f), got(count);
+    device::copySync(d.p, ones.data(), count * sizeof(float));
+    ncclResult_t r = ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, comm, other);
+    std::string why = ncclGetLastError(comm);
+    if (r == ncclSuccess) return "an all-reduce on another GPU's stream succeeded";
+    if (why.empty()) return "no message for the failed call";
+    RANK_NCCL(ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, comm, mine));
+    device::streamSynchronize(mine);
+    device::copySync(got.data(), d.p, count * sizeof(float));
+    auto start = std::chrono::steady_clock::now();
+    ncclCommDestroy(comm);
+    double destroySec = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    device::streamDestroy(mine);
+    device::setCurrentDevice(1);
+    device::streamDestroy(other);
+    if (destroySec > 2) return "ncclCommDestroy waited " + std::to_string(destroySec) + " s for the abandoned job";
+    return got[0] == 1.0f && got[count - 1] == 1.0f ? "" : "got " + std::to_string(got[0]) + ", expected 1";
   }, 120);
   EXPECT_EQ(failures(results), "");
 }
