@@ -68,6 +68,8 @@ class SimGpus final : public GpuBackend {
     return true;
   }
   void* alloc(size_t bytes) override {
+    sim::unsafeDuringCapture("cudaMalloc");
+    int device = use("cudaMalloc");
     size_t span = (kBlockHeader + bytes + 4095) / 4096 * 4096;
     int fd = memfd_create("strata-gpusim", MFD_CLOEXEC);
     if (fd < 0) failErrno("simulated GPU: memfd_create");
@@ -77,8 +79,7 @@ class SimGpus final : public GpuBackend {
     }
     char* block = nullptr;
     try {
-      sim::unsafeDuringCapture("cudaMalloc");
-      block = arenaTake(kBlockHeader + bytes, fd, use("cudaMalloc"));
+      block = arenaTake(kBlockHeader + bytes, fd, device);
     } catch (...) {
       close(fd);
       throw;
@@ -228,6 +229,8 @@ class SimGpus final : public GpuBackend {
     memset(dst, value, bytes);
   }
   void* ipcAlloc(size_t bytes, std::string* handle) override {
+    sim::unsafeDuringCapture("cudaMalloc");
+    int device = use("cudaMalloc");
     static std::atomic<int> counter{0};
     std::string name = format("/strata-%d-gpusim-%d", getpid(), counter++);
     int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
@@ -237,14 +240,7 @@ class SimGpus final : public GpuBackend {
       shm_unlink(name.c_str());
       failErrno("simulated GPU: sizing an IPC segment");
     }
-    try {
-      sim::unsafeDuringCapture("cudaMalloc");
-    } catch (...) {
-      close(fd);
-      shm_unlink(name.c_str());
-      throw;
-    }
-    char* p = arenaTake(bytes, fd, use("cudaMalloc"));
+    char* p = arenaTake(bytes, fd, device);
     close(fd);
     remember(p, bytes, name);
     *handle = name;
