@@ -245,11 +245,12 @@ void driveRequester(Qp* q) {
     if (s.fd < 0) return;
   }
   if (s.helloDone && !transmit(q)) return;
-  bool ok = flushOut(s.fd, &s.out) && fillIn(s.fd, &s.in, 64u << 20);
-  if (ok) {
-    takeResponses(q);
-    return;
-  }
+  bool sent = flushOut(s.fd, &s.out);
+  bool open = fillIn(s.fd, &s.in, 64u << 20);
+  // Acknowledgements that came before the stream closed complete their requests, as
+  // a NIC takes the ACKs already on the wire from a peer that then went away.
+  takeResponses(q);
+  if (s.fd < 0 || (sent && open)) return;  // closed there (the peer QP was not ready), or still open
   close(s.fd);  // the peer's process is gone (or reset the stream)
   s.fd = -1;
   if (!q->inflight.empty()) failFront(q, IBV_WC_RETRY_EXC_ERR);

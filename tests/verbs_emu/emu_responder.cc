@@ -84,14 +84,14 @@ bool applyOne(Responder& r, Qp* q, const Request& req, const char* payload) {
   }
   RecvWr rw = q->recvs.front();
   q->recvs.pop_front();
-  if (write) {
-    pushRecvWc(q, rw, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, req.len, req, true);
-    respond(r, IBV_WC_SUCCESS);
-    return true;
-  }
-  ibv_wc_status st = scatter(q, rw, payload, req.len);
-  pushRecvWc(q, rw, st, IBV_WC_RECV, req.len, req, op == IBV_WR_SEND_WITH_IMM);
+  // The acknowledgement leaves before the receiver's completion shows, as a NIC's ACK
+  // is on the wire by the time software polls: a receiver that exits as soon as its
+  // completion arrives has answered the write (the requester completes it).
+  ibv_wc_status st = write ? IBV_WC_SUCCESS : scatter(q, rw, payload, req.len);
   respond(r, st == IBV_WC_SUCCESS ? IBV_WC_SUCCESS : IBV_WC_REM_INV_REQ_ERR);
+  flushOut(r.fd, &r.out);  // a failure shows at the flush after the loop
+  pushRecvWc(q, rw, st, write ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV, req.len, req,
+             write || op == IBV_WR_SEND_WITH_IMM);
   if (st != IBV_WC_SUCCESS) setQpError(q);
   return true;
 }

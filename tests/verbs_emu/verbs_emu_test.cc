@@ -372,6 +372,15 @@ TEST_F(Pair, DeregisteredRegionRefusesWrites) {
   ibv_gid gid;
   if (read(in, &qpn, 4) != 4 || read(in, &gid, 16) != 16) _exit(3);
   if (toRtr(n, qpn, gid) || toRts(n)) _exit(4);
+  if (getenv("STRATA_EMU_PEER_EXIT_ON_RECV")) {  // one receive posted; gone the moment it completes
+    if (postRecv(n)) _exit(7);
+    char c = 1;
+    if (write(out, &c, 1) != 1) _exit(5);
+    ibv_wc wc{};
+    while (ibv_poll_cq(n.cq, 1, &wc) == 0) {
+    }
+    _exit(wc.status == IBV_WC_SUCCESS ? 0 : 8);
+  }
   char c = 1;
   if (write(out, &c, 1) != 1) _exit(5);
   pause();
@@ -386,30 +395,36 @@ TEST(VerbsEmuPeer, Helper) {
   runPeer(in, out);
 }
 
-// A peer process killed with writes in flight: they complete with retry-exceeded.
-TEST(VerbsEmuPeer, KilledPeerTurnsIntoRetryExceeded) {
+// A peer process (exec'd: its own emulated NIC) with a queue pair connected to
+// `me`'s; info: its QP number, buffer address and rkey. `env` is set in it.
+pid_t startPeer(Node& me, uint64_t info[4], const char* env = nullptr) {
   int toChild[2], toParent[2];
-  ASSERT_EQ(pipe(toChild), 0);
-  ASSERT_EQ(pipe(toParent), 0);
+  if (pipe(toChild) != 0 || pipe(toParent) != 0) return -1;
   pid_t pid = fork();
   if (pid == 0) {
     std::string fds = std::to_string(toChild[0]) + "," + std::to_string(toParent[1]);
     setenv("STRATA_EMU_PEER_FDS", fds.c_str(), 1);
+    if (env) setenv(env, "1", 1);
     execl("/proc/self/exe", "verbs_emu_test", "--gtest_filter=VerbsEmuPeer.Helper", static_cast<char*>(nullptr));
     _exit(6);
   }
-  uint64_t info[4];
   ibv_gid peerGid;
-  ASSERT_EQ(read(toParent[0], info, sizeof(info)), static_cast<ssize_t>(sizeof(info)));
-  ASSERT_EQ(read(toParent[0], &peerGid, 16), 16);
-  Node me = open();
   uint32_t qpn = me.qp->qp_num;
-  ASSERT_EQ(write(toChild[1], &qpn, 4), 4);
-  ASSERT_EQ(write(toChild[1], &me.gid, 16), 16);
-  ASSERT_EQ(toRtr(me, static_cast<uint32_t>(info[0]), peerGid), 0);
-  ASSERT_EQ(toRts(me), 0);
   char c;
-  ASSERT_EQ(read(toParent[0], &c, 1), 1);
+  bool ok = read(toParent[0], info, 4 * sizeof(uint64_t)) == 4 * sizeof(uint64_t) &&
+            read(toParent[0], &peerGid, 16) == 16 && write(toChild[1], &qpn, 4) == 4 &&
+            write(toChild[1], &me.gid, 16) == 16 && toRtr(me, static_cast<uint32_t>(info[0]), peerGid) == 0 &&
+            toRts(me) == 0 && read(toParent[0], &c, 1) == 1;
+  for (int fd : {toChild[0], toChild[1], toParent[0], toParent[1]}) close(fd);
+  return ok ? pid : -1;
+}
+
+// A peer process killed with writes in flight: they complete with retry-exceeded.
+TEST(VerbsEmuPeer, KilledPeerTurnsIntoRetryExceeded) {
+  Node me = open();
+  uint64_t info[4];
+  pid_t pid = startPeer(me, info);
+  ASSERT_GT(pid, 0);
   std::vector<char> src(1 << 20, 5);
   ibv_mr* mr = ibv_reg_mr(me.pd, src.data(), src.size(), kAll);
   ASSERT_EQ(postWrite(me, IBV_WR_RDMA_WRITE, src.data(), 4096, mr->lkey, info[1], static_cast<uint32_t>(info[2]), 1), 0);
@@ -426,6 +441,29 @@ TEST(VerbsEmuPeer, KilledPeerTurnsIntoRetryExceeded) {
   EXPECT_STREQ(ibv_wc_status_str(first.status), "transport retry counter exceeded");
   for (int i = 1; i < 4; ++i) EXPECT_EQ(next(me.cq).status, IBV_WC_WR_FLUSH_ERR);
   EXPECT_LT(now() - t0, 2.0);
+}
+
+// A peer that exits the moment its receive completes has acknowledged the write
+// first: the requester's completion is a success, not retry-exceeded (the ACK and
+// the end of the peer's stream may arrive together). Repeated: the order was a race.
+TEST(VerbsEmuPeer, APeerThatExitsOnItsCompletionAcknowledgedTheWrite) {
+  for (int round = 0; round < 10; ++round) {
+    Node me = open();
+    uint64_t info[4];
+    pid_t pid = startPeer(me, info, "STRATA_EMU_PEER_EXIT_ON_RECV");
+    ASSERT_GT(pid, 0);
+    char word[8] = "landed";
+    ibv_mr* mr = ibv_reg_mr(me.pd, word, sizeof(word), kAll);
+    ASSERT_EQ(postWrite(me, IBV_WR_RDMA_WRITE_WITH_IMM, word, sizeof(word), mr->lkey, info[1],
+                        static_cast<uint32_t>(info[2]), 1, 42),
+              0);
+    int status = -1;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "round " << round << ": status " << status;
+    ibv_wc wc = next(me.cq);
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << "round " << round << ": " << ibv_wc_status_str(wc.status);
+    ibv_dereg_mr(mr);
+  }
 }
 
 }  // namespace
