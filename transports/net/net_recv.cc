@@ -62,8 +62,9 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
     std::lock_guard<std::mutex> lock(mu_);
     progressLocked();
     throwRefusal();
-    if (failed_ || offers_.empty()) return false;
+    if (offers_.empty()) return false;
     if (!offers_.front().posted) {
+      if (failed_) return false;
       try {
         postWaitingOrRefuse();
       } catch (const Error& e) {
@@ -86,8 +87,8 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
         if (o.flush && !net_.test(o.flush, nullptr)) return false;
         o.flushed = true;
       }
-    } catch (const Error& e) {
-      failWith(e);
+    } catch (const Error& e) {  // a receive that completed before the failure is still taken above
+      if (!failed_) failWith(e);
       return false;
     }
     *bytes = got;
@@ -251,17 +252,32 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
     }
     // What arrived first: a network that has failed since refuses new receives, and
     // what came before the failure must still reach the rank.
+    collectArrived();
+    try {
+      for (; posted_ < consumed_ + slots_; ++posted_) {
+        void* r = net_.irecv(comm_, slot(posted_), slotBytes_, 0, mh_);
+        if (!r) break;
+        requests_[posted_ % slots_] = r;
+      }
+    } catch (const Error&) {
+      // The network may have taken completions inside irecv before it saw the
+      // failure (IB polls its queue there): a message that landed just before the
+      // peer left still reaches the rank. test() reports each completed request
+      // and throws at the first that cannot complete.
+      try {
+        collectArrived();
+      } catch (const Error&) {
+      }
+      throw;
+    }
+  }
+  void collectArrived() {
     for (; arrived_ < posted_; ++arrived_) {
       size_t n = 0;
       if (!net_.test(requests_[arrived_ % slots_], &n)) break;
       STRATA_REQUIRE(n <= slotBytes_, ncclSystemError, "net transport: %zu bytes arrived in a slot of %zu", n,
                      slotBytes_);
       sizes_[arrived_ % slots_] = n;
-    }
-    for (; posted_ < consumed_ + slots_; ++posted_) {
-      void* r = net_.irecv(comm_, slot(posted_), slotBytes_, 0, mh_);
-      if (!r) break;
-      requests_[posted_ % slots_] = r;
     }
   }
 
