@@ -398,6 +398,43 @@ TEST(GpuSharing, DestroyingOneCommunicatorWhileAnotherWaitsOnTheGpu) {
   EXPECT_EQ(failures(results), "");
 }
 
+// A process that exits without ncclCommDestroy (common under PyTorch) after device
+// collectives, direct and staged through the host: exit() runs the static
+// destructors while the communicator, its proxy thread and its device memory are
+// still there, and must neither abort (a joinable thread destroyed at exit calls
+// std::terminate) nor crash or hang.
+TEST(GpuLifetime, AProcessThatExitsWithoutDestroyingItsCommunicatorExitsCleanly) {
+  REQUIRE_GPU();
+  for (const char* p2p : {"0", "1"}) {
+    auto results = runRanks(
+        Mode::kProcesses, 2,
+        [](int rank, int n, const ncclUniqueId& id) -> std::string {
+          device::setCurrentDevice(0);
+          void* s = device::streamCreate();
+          ncclComm_t comm;
+          RANK_NCCL(ncclCommInitRank(&comm, n, id, rank));
+          const size_t count = 1 << 16;
+          DeviceBuffer d(count * sizeof(float));
+          std::vector<float> v(count, static_cast<float>(rank + 1)), got(count);
+          device::copySync(d.p, v.data(), count * sizeof(float));
+          for (int i = 0; i < 3; ++i)
+            RANK_NCCL(ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, comm, static_cast<cudaStream_t>(s)));
+          device::streamSynchronize(s);
+          device::copySync(got.data(), d.p, count * sizeof(float));
+          if (got[0] != 12.0f || got[count - 1] != 12.0f) return "got " + std::to_string(got[0]) + ", expected 12";
+          usleep(100000);  // the peer is done with this rank's memory too
+          exit(0);         // no ncclCommDestroy, no stream or buffer freed: static destructors run
+        },
+        60,
+        [p2p](int) {
+          setenv("NCCL_P2P_DISABLE", p2p, 1);
+          reloadEnvironment();
+          return std::string();
+        });
+    EXPECT_EQ(failures(results), "") << "NCCL_P2P_DISABLE=" << p2p;
+  }
+}
+
 // A stream of another GPU than the communicator's: the launch fails (CUDA refuses a
 // kernel in a stream of another device), the call says so, and the communicator
 // goes on: the abandoned job still finishes (nothing waits for it at destroy) and
