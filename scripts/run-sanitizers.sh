@@ -5,7 +5,8 @@
 #   asan, ubsan  the unit suite, the transport conformance suite, the lifetime tests, and
 #                a short random stress (STRATA_STRESS_OPS=300, TSan 100: every collective, type and op,
 #                algorithms forced at random, threads, processes and fake nodes, 4 and 8 ranks)
-#   tsan         the same without forked processes (TSan does not follow fork) or simulated GPUs
+#   tsan         the same without forked processes (TSan does not follow fork), and the simulated
+#                GPUs' collectives with ranks as threads (direct and staged through the host)
 #   fuzz         every libFuzzer target for STRATA_FUZZ_SECONDS (default 60) each, with
 #                ASan and UBSan, from its seed corpus (tests/fuzz/corpus)
 # STRATA_SANITIZER_STAGES picks stages (default: all four).
@@ -29,9 +30,11 @@ for stage in $stages; do
     (cd build-fuzz && ctest -L fuzz -j "$(nproc)" --output-on-failure)
     sort "$STRATA_FUZZ_SUMMARY"
   else
-    cmake --build "build-$stage" -j "$(nproc)" --target "${targets[@]}"
+    extra=()
+    [ "$stage" = tsan ] && extra=(gpu_test)
+    cmake --build "build-$stage" -j "$(nproc)" --target "${targets[@]}" "${extra[@]}"
     skip='^abi_|^dropin_'  # header and ABI checks: compiled in the main suite, nothing to sanitize
-    # TSan: no forked processes, no simulated GPUs (their fixed address range is TSan's shadow memory), and
+    # TSan: no forked processes (the simulated GPUs run below, as threads), and
     # not the IB network over the emulated NIC (a thread that stores into peers' memory as a DMA engine does),
     # and not the 100- and 128-rank ring simulations (one thread, pure arithmetic: TSan made them pass 120 s)
     [ "$stage" = tsan ] && skip="$skip|/shm|/socket|processes|Processes|fakenodes|cuda_ipc|\\.sim|net_plugin|conformance\\.ib|IbNetwork|IbPuts|^Large/RingSchedule"
@@ -41,6 +44,14 @@ for stage in $stages; do
     [ "$stage" = tsan ] && ops=100  # 300 took TSan 6 minutes on 2 cores
     (cd "build-$stage" && STRATA_STRESS=1 STRATA_STRESS_OPS=$ops STRATA_STRESS_EPOCH_OPS=100 \
       ctest -j 1 --output-on-failure --timeout 900 -L stress -E "$skip")
+    if [ "$stage" = tsan ]; then  # simulated GPUs, strict, ranks as threads: about 3 minutes
+      sim='OneGpu/GpuCollectives.*threads*:GpuSharing.*:GpuCapture.*:GpuStreams.*'
+      (cd build-tsan && STRATA_GPU_SIM=1 STRATA_GPU_SIM_STRICT=1 timeout 900 tests/gpu_test --gtest_filter="$sim")
+      (cd build-tsan && STRATA_GPU_SIM=1 STRATA_GPU_SIM_STRICT=1 NCCL_P2P_DISABLE=1 timeout 900 tests/gpu_test \
+        --gtest_filter='OneGpu/GpuCollectives.*threads_2ranks:OneGpu/GpuCollectives.*threads_4ranks')
+      (cd build-tsan && STRATA_GPU_SIM=4 STRATA_GPU_SIM_STRICT=1 timeout 900 tests/gpu_test \
+        --gtest_filter='Spread/ManyGpus.*threads*')
+    fi
   fi
   echo "== stage $stage: $((SECONDS - start)) s"
 done

@@ -92,8 +92,17 @@ class SimStream {
 // The first page holds the bump allocator both copies use and which devices have
 // peer access to which; then a byte per arena page says whose memory it is
 // (device + 1; 0: none), committed only where touched.
+#if defined(__SANITIZE_THREAD__)
+// ThreadSanitizer keeps most of the address space (its shadow, meta and trace
+// ranges; 0x5f0000000000 is in one): of what it leaves the application, the low
+// 512 GB are the range nothing else uses, so the arena takes 256 GB there. (AddressSanitizer's
+// shadow covers that range, so only a TSan build puts it there.)
+constexpr uintptr_t kArenaBase = 0x004000000000;
+constexpr size_t kArenaBytes = size_t{1} << 38;
+#else
 constexpr uintptr_t kArenaBase = 0x5f0000000000;
 constexpr size_t kArenaBytes = size_t{1} << 40;
+#endif
 constexpr size_t kOwnersOffset = 4096, kOwnersBytes = kArenaBytes / 4096;
 constexpr int kMaxSimGpus = 64;
 constexpr size_t kBlockHeader = 256;  // before each block: a BlockHeader
