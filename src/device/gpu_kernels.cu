@@ -64,20 +64,26 @@ struct Params {
   int divide;  // > 1: divide the result (avg)
 };
 
-template <typename T>
-__device__ T element(const Params<T>& p, size_t i) {
+// The in-order combination of x[0..N) (N known at compile time: the loops unroll
+// and every value stays in a register).
+template <typename T, int N>
+__device__ T element(const Params<T>& p, const T (&x)[N]) {
   using F = DevFormat<T>;
   using C = typename F::C;
-  if (p.scale) return F::store(F::load(p.in[0][i]) * p.scalar);
-  T acc = p.in[0][i];
-  for (int j = 1; j < p.n; ++j) acc = F::store(combine<C>(F::load(acc), F::load(p.in[j][i]), p.kind));
+  if (p.scale) return F::store(F::load(x[0]) * p.scalar);
+  T acc = x[0];
+#pragma unroll
+  for (int j = 1; j < N; ++j) acc = F::store(combine<C>(F::load(acc), F::load(x[j]), p.kind));
   if (p.divide > 1) acc = F::store(F::load(acc) / static_cast<C>(p.divide));
   return acc;
 }
 
 // Grid-stride over 16-byte vectors when every pointer is 16-byte aligned, then the
-// tail element by element.
-template <typename T>
+// tail element by element. Specialised on the input count N, so that the inputs'
+// vectors live in registers (a runtime count kept them in a local array: a stack
+// frame and local loads and stores per element); loads and stores stream (the
+// data is read once), leaving the cache to what is reused.
+template <typename T, int N>
 __global__ void reduceKernel(T* dst, Params<T> p, size_t count, bool vectors) {
   constexpr int V = 16 / sizeof(T);
   size_t tid = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
@@ -86,20 +92,27 @@ __global__ void reduceKernel(T* dst, Params<T> p, size_t count, bool vectors) {
   if (vectors) {
     size_t nvec = count / V;
     for (size_t v = tid; v < nvec; v += stride) {
-      uint4 raw[kMaxInputs];
-      for (int j = 0; j < p.n; ++j) raw[j] = reinterpret_cast<const uint4*>(p.in[j])[v];
+      uint4 raw[N];
+#pragma unroll
+      for (int j = 0; j < N; ++j) raw[j] = __ldcs(reinterpret_cast<const uint4*>(p.in[j]) + v);
       uint4 out;
-      T* o = reinterpret_cast<T*>(&out);
-      Params<T> lane = p;
+#pragma unroll
       for (int k = 0; k < V; ++k) {
-        for (int j = 0; j < p.n; ++j) lane.in[j] = reinterpret_cast<const T*>(&raw[j]);
-        o[k] = element(lane, k);
+        T x[N];
+#pragma unroll
+        for (int j = 0; j < N; ++j) x[j] = reinterpret_cast<const T*>(&raw[j])[k];
+        reinterpret_cast<T*>(&out)[k] = element<T, N>(p, x);
       }
-      reinterpret_cast<uint4*>(dst)[v] = out;
+      __stcs(reinterpret_cast<uint4*>(dst) + v, out);
     }
     done = nvec * V;
   }
-  for (size_t i = done + tid; i < count; i += stride) dst[i] = element(p, i);
+  for (size_t i = done + tid; i < count; i += stride) {
+    T x[N];
+#pragma unroll
+    for (int j = 0; j < N; ++j) x[j] = p.in[j][i];
+    dst[i] = element<T, N>(p, x);
+  }
 }
 
 __global__ void copyKernel(uint4* dst, const uint4* src, size_t n) {
@@ -130,6 +143,13 @@ int blocksFor(size_t work) {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// reduceKernel<T, n> for a count n known only at run time (1 to kMaxInputs).
+template <typename T, int... I>
+void launchFor(int n, int blocks, cudaStream_t s, T* dst, const Params<T>& p, size_t count, bool vectors,
+               std::integer_sequence<int, I...>) {
+  ((n == I + 1 ? (reduceKernel<T, I + 1><<<blocks, kThreads, 0, s>>>(dst, p, count, vectors), 0) : 0), ...);
+}
+
 template <typename T>
 void launch(void* dst, const void* const* inputs, int n, size_t count, const ReduceOp& op, bool scale, int divide,
             cudaStream_t s) {
@@ -152,7 +172,7 @@ void launch(void* dst, const void* const* inputs, int n, size_t count, const Red
     vectors = vectors && aligned16(inputs[j]);
   }
   size_t work = vectors ? count / (16 / sizeof(T)) + 1 : count;
-  reduceKernel<T><<<blocksFor(work), kThreads, 0, s>>>(static_cast<T*>(dst), p, count, vectors);
+  launchFor<T>(n, blocksFor(work), s, static_cast<T*>(dst), p, count, vectors, std::make_integer_sequence<int, kMaxInputs>{});
   checkCuda(cudaGetLastError(), "reduce kernel launch");
 }
 
@@ -221,8 +241,9 @@ void copy(void* dst, const void* src, size_t bytes, void* stream) {
     size_t tail = bytes - n * 16;
     if (tail)
       copyBytesKernel<<<1, 32, 0, s>>>(static_cast<char*>(dst) + n * 16, static_cast<const char*>(src) + n * 16, tail);
-  } else {
-    copyBytesKernel<<<blocksFor(bytes), kThreads, 0, s>>>(static_cast<char*>(dst), static_cast<const char*>(src), bytes);
+  } else {  // off 16-byte boundaries: the copy engine, not one byte per thread
+    checkCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s), "cudaMemcpyAsync (an unaligned copy)");
+    return;
   }
   checkCuda(cudaGetLastError(), "copy kernel launch");
 }
