@@ -214,6 +214,7 @@ std::string gpuBusId(int device) { return device < 0 ? "" : backend().busId(devi
 RelaxedCapture::RelaxedCapture() : previous_(backend().exchangeCaptureMode(kRelaxedCapture)) {}
 RelaxedCapture::~RelaxedCapture() { backend().exchangeCaptureMode(previous_); }
 bool simulateCapture(void* stream, bool begin) { return backend().simulateCapture(stream, begin); }
+uint64_t simulatedUnalignedKernels() { return backend().unalignedKernels(); }
 bool canAccessPeer(int device, int peer) { return device == peer || backend().canAccessPeer(device, peer); }
 bool enablePeerAccess(int peer, std::string* why) { return backend().enablePeerAccess(peer, why); }
 

@@ -106,6 +106,10 @@ class RelaxedCapture {
 // `stream` in global mode; the end returns false when another thread's unsafe call
 // invalidated the capture. False on real GPUs (use cudaStreamBeginCapture there).
 bool simulateCapture(void* stream, bool begin);
+// Simulated GPUs only (tests): reduce and pre-multiply kernels launched so far, on
+// every simulated device, with a pointer not 16-byte aligned: a GPU runs those
+// element by element, off the vector path. 0 on real GPUs.
+uint64_t simulatedUnalignedKernels();
 
 // Lets kernels on the current device read and write device `peer`'s memory
 // (cudaDeviceEnablePeerAccess; already enabled, or the same device, is fine);

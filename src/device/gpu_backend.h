@@ -54,6 +54,9 @@ class GpuBackend {
     (void)stream, (void)begin;
     return false;
   }
+  // Simulated GPUs only: reduce and pre-multiply kernels launched with a pointer that
+  // is not 16-byte aligned (see device::simulatedUnalignedKernels).
+  virtual uint64_t unalignedKernels() { return 0; }
   virtual bool enablePeerAccess(int peer, std::string* why) = 0;
   virtual bool exportDmabuf(const void* p, size_t bytes, int* fd, uint64_t* offset, std::string* why) {
     (void)p, (void)bytes, (void)fd, (void)offset;

@@ -29,6 +29,8 @@
 namespace strata::device {
 namespace {
 
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 using namespace sim;  // NOLINT: the simulation's state (gpu_sim_state.h) is this file's own
 
 class SimGpus final : public GpuBackend {
@@ -123,13 +125,20 @@ class SimGpus final : public GpuBackend {
     std::vector<const void*> in(inputs, inputs + n);
     int dev = launch("the reduce kernel", stream);
     reaches(dev, "the reduce kernel", dst);
-    for (const void* p : in) reaches(dev, "the reduce kernel", p);
+    bool aligned = aligned16(dst);
+    for (const void* p : in) {
+      reaches(dev, "the reduce kernel", p);
+      aligned = aligned && aligned16(p);
+    }
+    if (!aligned) deviceWork(dev).unalignedKernels.fetch_add(1);
     on(stream, [=] { device::reduceInOrder(dst, in.data(), n, count, type, op); });
   }
   void prepare(void* dst, const void* src, size_t count, ncclDataType_t type, const ReduceOp& op, void* stream) override {
     int dev = launch("the prepare kernel", stream);
     reaches(dev, "the prepare kernel", dst);
     reaches(dev, "the prepare kernel", src);
+    if (op.preMultiply && !(aligned16(dst) && aligned16(src)))  // else a copy, which any alignment suits
+      deviceWork(dev).unalignedKernels.fetch_add(1);
     on(stream, [=] { device::prepare(dst, src, count, type, op); });
   }
   void copy(void* dst, const void* src, size_t bytes, void* stream) override {
@@ -137,6 +146,11 @@ class SimGpus final : public GpuBackend {
     reaches(dev, "the copy kernel", dst);
     reaches(dev, "the copy kernel", src);
     on(stream, [=] { memmove(dst, src, bytes); });
+  }
+  uint64_t unalignedKernels() override {
+    uint64_t n = 0;
+    for (int d = 0; d < kMaxSimGpus; ++d) n += deviceWork(d).unalignedKernels.load();
+    return n;
   }
   bool capturing(void* stream) override {
     if (!stream) sim::unsafeDuringCapture("cudaStreamIsCapturing on the legacy stream");

@@ -24,6 +24,7 @@ namespace strata::device::sim {
 struct DeviceWork {
   std::atomic<int> queued;
   std::atomic<int> flagWaits;
+  std::atomic<uint64_t> unalignedKernels;  // reduce kernels a GPU would run off its 16-byte vector path
 };
 DeviceWork& deviceWork(int device);
 

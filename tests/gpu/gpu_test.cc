@@ -435,6 +435,50 @@ TEST(GpuLifetime, AProcessThatExitsWithoutDestroyingItsCommunicatorExitsCleanly)
   }
 }
 
+// 2-byte elements split three ways: all-reduce slices of 1000 / 3 and reduce-scatter
+// blocks of 1004 elements would start off 16-byte boundaries, where a GPU's reduce
+// kernel leaves its vector path for an element-by-element loop. DeviceDirect rounds
+// them to whole vectors; the simulated GPUs count every reduce launched unaligned.
+TEST(GpuAlignment, TwoByteSlicesAndBlocksStayOnTheVectorPath) {
+  REQUIRE_GPU();
+  if (!simulated()) GTEST_SKIP() << "counts unaligned kernels on simulated GPUs (a GPU shows it as time)";
+  auto bf16 = [](float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return static_cast<uint16_t>(u >> 16);  // exact for the small integers used here
+  };
+  uint64_t before = device::simulatedUnalignedKernels();
+  auto results = runRanks(Mode::kThreads, 3, [&](int rank, int n, const ncclUniqueId& id) -> std::string {
+    device::setCurrentDevice(0);
+    void* s = device::streamCreate();
+    ncclComm_t comm;
+    RANK_NCCL(ncclCommInitRank(&comm, n, id, rank));
+    const size_t arCount = 1000, rsCount = 1004;
+    DeviceBuffer in(rsCount * n * 2), out(rsCount * n * 2);
+    std::vector<uint16_t> v(rsCount * n), got(rsCount * n);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = bf16(static_cast<float>(i % 7 + rank));
+    device::copySync(in.p, v.data(), v.size() * 2);
+    auto cs = static_cast<cudaStream_t>(s);
+    RANK_NCCL(ncclAllReduce(in.p, out.p, arCount, ncclBfloat16, ncclSum, comm, cs));
+    device::streamSynchronize(s);
+    device::copySync(got.data(), out.p, arCount * 2);
+    for (size_t i = 0; i < arCount; ++i)
+      if (got[i] != bf16(static_cast<float>(3 * (i % 7) + 3))) return "all-reduce wrong at " + std::to_string(i);
+    RANK_NCCL(ncclReduceScatter(in.p, out.p, rsCount, ncclBfloat16, ncclSum, comm, cs));
+    device::streamSynchronize(s);
+    device::copySync(got.data(), out.p, rsCount * 2);
+    for (size_t i = 0; i < rsCount; ++i) {
+      size_t g = rank * rsCount + i;
+      if (got[i] != bf16(static_cast<float>(3 * (g % 7) + 3))) return "reduce-scatter wrong at " + std::to_string(i);
+    }
+    ncclCommDestroy(comm);
+    device::streamDestroy(s);
+    return "";
+  }, 120);
+  EXPECT_EQ(failures(results), "");
+  EXPECT_EQ(device::simulatedUnalignedKernels() - before, 0u) << "reduce kernels launched off 16-byte boundaries";
+}
+
 // A stream of another GPU than the communicator's: the launch fails (CUDA refuses a
 // kernel in a stream of another device), the call says so, and the communicator
 // goes on: the abandoned job still finishes (nothing waits for it at destroy) and
