@@ -91,6 +91,7 @@ class SimGpus final : public GpuBackend {
     return block + kBlockHeader;
   }
   void free(void* p) override {
+    forbidden("cudaFree");
     STRATA_REQUIRE(inArena(p), ncclInvalidArgument, "simulated GPU: %p is not device memory", p);
     sim::unsafeDuringCapture("cudaFree");
     sim::synchronizeDevice(ownerOf(p), n_, "cudaFree");
@@ -176,6 +177,7 @@ class SimGpus final : public GpuBackend {
     return p;
   }
   void pinnedFree(void* p) override {
+    forbidden("cudaFreeHost");
     sim::unsafeDuringCapture("cudaFreeHost");
     sim::synchronizeDevice(-1, n_, "cudaFreeHost");
     std::free(p);
@@ -187,7 +189,7 @@ class SimGpus final : public GpuBackend {
   }
   void hostCallback(void* stream, void (*fn)(void*), void* arg) override {
     use("cudaLaunchHostFunc");
-    on(stream, [=] { fn(arg); });
+    on(stream, [=] { sim::runCallback(fn, arg); });
   }
   void waitHostFlag(void* stream, const uint64_t* flag, uint64_t value) override {
     launch("the flag-wait kernel", stream);
@@ -211,6 +213,7 @@ class SimGpus final : public GpuBackend {
     return at;
   }
   void streamDestroy(void* stream) override {
+    forbidden("cudaStreamDestroy");
     if (SimStream* st = ours(stream)) {
       st->~SimStream();
       memset(stream, 0, sizeof kStreamMagic);
@@ -225,10 +228,12 @@ class SimGpus final : public GpuBackend {
     }
   }
   void streamSynchronize(void* stream) override {
+    forbidden("cudaStreamSynchronize");
     sim::unsafeDuringCapture("cudaStreamSynchronize");
     of(stream).synchronize();
   }
   bool streamIdle(void* stream) override {
+    forbidden("cudaStreamQuery");
     sim::unsafeDuringCapture("cudaStreamQuery");
     return of(stream).idle();
   }
@@ -262,6 +267,7 @@ class SimGpus final : public GpuBackend {
     return p;
   }
   void ipcFree(void* p) override {
+    forbidden("cudaFree");
     sim::unsafeDuringCapture("cudaFree");
     sim::synchronizeDevice(ownerOf(p), n_, "cudaFree");
     auto [bytes, name] = forget(p);
@@ -283,7 +289,10 @@ class SimGpus final : public GpuBackend {
     remember(p, static_cast<size_t>(st.st_size), "");
     return p;
   }
-  void ipcClose(void* p) override { arenaRelease(p, forget(p).first); }
+  void ipcClose(void* p) override {
+    forbidden("cudaIpcCloseMemHandle");
+    arenaRelease(p, forget(p).first);
+  }
   std::string busId(int device) override { return format("0000:%02x:00.0", 0x10 + device); }
 
  private:
@@ -291,11 +300,16 @@ class SimGpus final : public GpuBackend {
   // that never set one is refused: CUDA would make device 0's context for it,
   // which a library thread serving a rank on another GPU must not do.
   int use(const char* call) const {
+    forbidden(call);
     int d = sim::currentDevice();
     if (d < 0 && strict_)
       fail(ncclInvalidUsage, "simulated GPU (STRATA_GPU_SIM_STRICT): %s on a thread that never set its device: CUDA "
                              "would create device 0's context for it", call);
     return std::max(d, 0);
+  }
+  // Strict mode: none inside a host callback.
+  void forbidden(const char* call) const {
+    if (strict_) sim::forbidInCallback(call);
   }
   // A kernel launch: CUDA refuses one into a stream of another device than the
   // current; returns the device it runs on.

@@ -5,6 +5,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -36,6 +40,64 @@ ArenaHeader& arena() {
     return h;
   }();
   return *header;
+}
+
+namespace {
+// The host-callback thread (runCallback): one per process, whichever copy of this
+// code makes it first; never destroyed (callbacks may still come at exit). A forked
+// child inherits the parent's pointer but not its thread, so each is made for a pid.
+struct Callbacks {
+  pid_t pid = getpid();
+  std::mutex mu;
+  std::condition_variable posted, ran;
+  std::deque<std::pair<void (*)(void*), void*>> queue;
+  uint64_t tickets = 0, done = 0;
+  void loop() {
+    arena().callbackThread.store(static_cast<uint64_t>(pthread_self()));
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      posted.wait(lock, [&] { return !queue.empty(); });
+      auto [fn, arg] = queue.front();
+      queue.pop_front();
+      lock.unlock();
+      fn(arg);
+      lock.lock();
+      ++done;
+      ran.notify_all();
+    }
+  }
+};
+Callbacks& callbacks() {
+  uintptr_t seen = arena().callbacks.load();
+  for (;;) {
+    auto* c = reinterpret_cast<Callbacks*>(seen);
+    if (c && c->pid == getpid()) return *c;
+    auto* mine = new Callbacks;
+    if (arena().callbacks.compare_exchange_strong(seen, reinterpret_cast<uintptr_t>(mine))) {
+      arena().callbackThread.store(0);  // a parent's, until the new thread says
+      std::thread([mine] { mine->loop(); }).detach();
+      return *mine;
+    }
+    delete mine;  // another thread or copy made it: `seen` is now that one
+  }
+}
+}  // namespace
+
+void runCallback(void (*fn)(void*), void* arg) {
+  Callbacks& c = callbacks();
+  std::unique_lock<std::mutex> lock(c.mu);
+  uint64_t ticket = ++c.tickets;
+  c.queue.emplace_back(fn, arg);
+  c.posted.notify_all();
+  c.ran.wait(lock, [&] { return c.done >= ticket; });
+}
+
+void forbidInCallback(const char* call) {
+  uint64_t t = arena().callbackThread.load();
+  if (!t || t != static_cast<uint64_t>(pthread_self())) return;
+  fprintf(stderr, "simulated GPU (STRATA_GPU_SIM_STRICT): %s inside a host callback: CUDA forbids CUDA calls there "
+                  "(cudaLaunchHostFunc)\n", call);
+  abort();
 }
 
 DeviceWork& deviceWork(int device) { return arena().work[device]; }

@@ -127,6 +127,8 @@ struct ArenaHeader {
   std::atomic<uint64_t> captureThread;  // the thread capturing a stream in global mode (simulateCapture), or 0
   std::atomic<uintptr_t> captureStream;
   std::atomic<bool> captureInvalid;     // an unsafe call by another thread broke that capture
+  std::atomic<uintptr_t> callbacks;     // the process's host-callback thread (runCallback), once made
+  std::atomic<uint64_t> callbackThread;  // its pthread_t
   DeviceWork work[kMaxSimGpus];
 };
 static_assert(sizeof(ArenaHeader) <= 4096, "the arena header is one page");
@@ -135,6 +137,14 @@ constexpr uint64_t kStreamMagic = 0x5354524d53494d31ull;  // "STRMSIM1": a strea
 constexpr size_t kStreamHeader = 64;
 
 ArenaHeader& arena();
+// CUDA runs a process's host callbacks (cudaLaunchHostFunc) on one driver thread, in
+// the order their streams reach them, and forbids CUDA calls inside them. So does the
+// simulation: runCallback, from a stream's thread, returns once `fn` ran on that one
+// thread (a callback that waits for another stream's callback deadlocks, as on a GPU).
+void runCallback(void (*fn)(void*), void* arg);
+// Strict mode: a CUDA call (`call`) made inside a host callback aborts the process,
+// saying so (CUDA fails it, or deadlocks, depending on the call).
+void forbidInCallback(const char* call);
 bool inArena(const void* p);
 // The device whose memory holds `p`; -1 when none does.
 int ownerOf(const void* p);
