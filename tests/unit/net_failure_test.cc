@@ -177,6 +177,31 @@ TEST(NetFailure, AMessageThatLandedAsTheNetworkFailedStillReachesTheRank) {
   EXPECT_TRUE(l.in->peerAborted());  // now the failure is the rank's to see
 }
 
+// The same when the put comm is the one that reports the failure: the slots'
+// message that landed still reaches the rank.
+TEST(NetFailure, AMessageStillReachesTheRankWhenThePutCommReportsTheFailure) {
+  Link l;  // every slot posted: only the put offer below calls irecv
+  void* s = l.out->trySlot();
+  ASSERT_NE(s, nullptr);
+  const uint32_t sent = 0x0ddba11;
+  memcpy(s, &sent, sizeof(sent));
+  l.out->post(sizeof(sent));  // copied into slot 0, not complete yet
+  l.net.onIrecv = [&] {
+    l.net.land();
+    l.net.fail();
+  };
+  std::vector<uint32_t> dst(2, 0);
+  Registration reg(dst.data(), dst.size() * 4);
+  EXPECT_FALSE(l.in->puts()->tryOffer(dst.data(), 8, reg, false));  // its irecv reports the failure
+  size_t bytes = 0;
+  const void* got = l.in->tryData(&bytes);
+  ASSERT_NE(got, nullptr) << "the slots' message that landed before the failure was lost";
+  uint32_t v;
+  memcpy(&v, got, sizeof(v));
+  EXPECT_EQ(v, sent);
+  EXPECT_EQ(bytes, sizeof(sent));
+}
+
 TEST(NetFailure, APutThatLandedAsTheNetworkFailedStillReachesTheRank) {
   Link l;
   ASSERT_NE(l.in->puts(), nullptr);

@@ -86,7 +86,11 @@ class NetConnection {
       STRATA_WARN(self_, "net transport (%s): connection with rank %d failed: %s", net_.name().c_str(), peer_,
                   e.what());
     failed_ = true;
+    salvage();
   }
+  // Under mu_, once failed: takes what the network completed before the failure
+  // (the derived end's; it throws nothing).
+  virtual void salvage() {}
   // A put's buffer: host memory as itself; device memory (GPUDirect RDMA, kDevicePut)
   // as its dma-buf, whose fd stays open until deregPut.
   void* regPut(void* comm, void* p, size_t bytes) {

@@ -253,22 +253,21 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
     // What arrived first: a network that has failed since refuses new receives, and
     // what came before the failure must still reach the rank.
     collectArrived();
+    for (; posted_ < consumed_ + slots_; ++posted_) {
+      void* r = net_.irecv(comm_, slot(posted_), slotBytes_, 0, mh_);
+      if (!r) break;
+      requests_[posted_ % slots_] = r;
+    }
+  }
+  // The network may have taken completions before it saw the failure (IB polls its
+  // queue inside irecv, and either comm may report it first): a message that landed
+  // just before the peer left still reaches the rank. test() reports each completed
+  // request and throws at the first that cannot complete.
+  void salvage() override {
+    if (!comm_) return;
     try {
-      for (; posted_ < consumed_ + slots_; ++posted_) {
-        void* r = net_.irecv(comm_, slot(posted_), slotBytes_, 0, mh_);
-        if (!r) break;
-        requests_[posted_ % slots_] = r;
-      }
+      collectArrived();
     } catch (const Error&) {
-      // The network may have taken completions inside irecv before it saw the
-      // failure (IB polls its queue there): a message that landed just before the
-      // peer left still reaches the rank. test() reports each completed request
-      // and throws at the first that cannot complete.
-      try {
-        collectArrived();
-      } catch (const Error&) {
-      }
-      throw;
     }
   }
   void collectArrived() {
