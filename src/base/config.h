@@ -56,6 +56,7 @@ struct Config {
   std::string p2pLevel;                     // NCCL_P2P_LEVEL: worst path class for direct GPU traffic (default PXB)
   std::string presetDir;                    // STRATA_PRESET_DIR: where strata-topo finds presets (unset: the source tree's)
   int gpuSim = 0;                           // STRATA_GPU_SIM=N: N GPUs simulated in host memory (tests of the device path)
+  int cudaMaxConnections = 8;               // CUDA_DEVICE_MAX_CONNECTIONS: simulated GPUs share this many hardware queues per device
   bool gpuSimStrict = false;                // STRATA_GPU_SIM_STRICT=1: CUDA calls on a thread with no device set fail
   int spinCount = 2000;                     // STRATA_SPIN: polls before a waiting rank yields, then sleeps
   std::string netPlugin;                    // NCCL_NET_PLUGIN: net plugins to load (name, file, path; comma list;

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/config.h"
 #include "base/error.h"
 #include "device/gpu.h"
 
@@ -81,7 +82,44 @@ Callbacks& callbacks() {
     delete mine;  // another thread or copy made it: `seen` is now that one
   }
 }
+// The hardware queues of every simulated device, made as the callback thread is.
+struct HwQueues {
+  pid_t pid = getpid();
+  std::atomic<uint64_t> streams[kMaxSimGpus] = {};  // streams made on each device
+  HwQueue queue[kMaxSimGpus][32];                   // CUDA_DEVICE_MAX_CONNECTIONS is at most 32
+};
+HwQueues& hwQueues() {
+  uintptr_t seen = arena().hwQueues.load();
+  for (;;) {
+    auto* t = reinterpret_cast<HwQueues*>(seen);
+    if (t && t->pid == getpid()) return *t;
+    auto* mine = new HwQueues;
+    if (arena().hwQueues.compare_exchange_strong(seen, reinterpret_cast<uintptr_t>(mine))) return *mine;
+    delete mine;
+  }
+}
 }  // namespace
+
+HwQueue& hwQueueFor(int device) {
+  HwQueues& t = hwQueues();
+  uint64_t k = t.streams[device].fetch_add(1);
+  return t.queue[device][k % static_cast<uint64_t>(config().cudaMaxConnections)];
+}
+
+void startInOrder(HwQueue& q, uint64_t ticket, int device) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (int spins = 0; q.started.load(std::memory_order_acquire) != ticket - 1; ++spins) {
+    if (spins < 100) sched_yield();
+    else usleep(20);
+    if (spins % 1024 == 0 && std::chrono::steady_clock::now() > deadline) {
+      fprintf(stderr, "simulated GPU: device %d: work waited 10 s to start on its hardware queue "
+                      "(CUDA_DEVICE_MAX_CONNECTIONS=%d): work ahead of it there cannot start, which deadlocks a GPU\n",
+              device, config().cudaMaxConnections);
+      abort();
+    }
+  }
+  q.started.store(ticket, std::memory_order_release);
+}
 
 void runCallback(void (*fn)(void*), void* arg) {
   Callbacks& c = callbacks();
@@ -95,6 +133,10 @@ void runCallback(void (*fn)(void*), void* arg) {
 void forbidInCallback(const char* call) {
   uint64_t t = arena().callbackThread.load();
   if (!t || t != static_cast<uint64_t>(pthread_self())) return;
+  // A forked child holds its parent's word until it makes its own callback thread,
+  // and may reuse that thread's id for a thread of its own.
+  auto* c = reinterpret_cast<Callbacks*>(arena().callbacks.load());
+  if (!c || c->pid != getpid()) return;
   fprintf(stderr, "simulated GPU (STRATA_GPU_SIM_STRICT): %s inside a host callback: CUDA forbids CUDA calls there "
                   "(cudaLaunchHostFunc)\n", call);
   abort();

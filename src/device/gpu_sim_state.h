@@ -28,10 +28,24 @@ struct DeviceWork {
 };
 DeviceWork& deviceWork(int device);
 
+// A device's hardware queues (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default, 1 under
+// Megatron): its streams share them round robin, and each queue starts work in the
+// order it was submitted, whichever stream it came from. So work that cannot start
+// (stream order: it follows a kernel still spinning) holds back every stream behind
+// it on that queue, as on a GPU. A ticket per submission; a queue's next ticket
+// starts only after the one before it started. One table for the process (and one
+// per forked child, as runCallback's thread).
+struct HwQueue {
+  std::atomic<uint64_t> tickets{0}, started{0};
+};
+HwQueue& hwQueueFor(int device);  // the next stream's queue on `device`
+// Waits until `ticket` may start on `q`; aborts, naming the deadlock, after 10 s.
+void startInOrder(HwQueue& q, uint64_t ticket, int device);
+
 // Work in order on one thread, like a CUDA stream of device `device`.
 class SimStream {
  public:
-  explicit SimStream(int device) : device_(device), worker_([this] { loop(); }) {}
+  explicit SimStream(int device) : device_(device), hw_(hwQueueFor(device)), worker_([this] { loop(); }) {}
   int device() const { return device_; }
   ~SimStream() {
     {
@@ -45,7 +59,7 @@ class SimStream {
     deviceWork(device_).queued.fetch_add(1);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back(std::move(work));
+      queue_.push_back({hw_.tickets.fetch_add(1) + 1, std::move(work)});
     }
     cv_.notify_all();
   }
@@ -61,7 +75,7 @@ class SimStream {
  private:
   void loop() {
     for (;;) {
-      std::function<void()> work;
+      std::pair<uint64_t, std::function<void()>> work;
       {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
@@ -70,7 +84,8 @@ class SimStream {
         queue_.pop_front();
         busy_ = true;
       }
-      work();
+      startInOrder(hw_, work.first, device_);
+      work.second();
       {
         std::lock_guard<std::mutex> lock(mu_);
         busy_ = false;
@@ -81,9 +96,10 @@ class SimStream {
   }
   std::mutex mu_;
   std::condition_variable cv_, idle_;
-  std::deque<std::function<void()>> queue_;
+  std::deque<std::pair<uint64_t, std::function<void()>>> queue_;  // its ticket on hw_, the work
   bool busy_ = false, stop_ = false;
   int device_;
+  HwQueue& hw_;
   std::thread worker_;
 };
 
@@ -128,6 +144,7 @@ struct ArenaHeader {
   std::atomic<uintptr_t> captureStream;
   std::atomic<bool> captureInvalid;     // an unsafe call by another thread broke that capture
   std::atomic<uintptr_t> callbacks;     // the process's host-callback thread (runCallback), once made
+  std::atomic<uintptr_t> hwQueues;      // the process's hardware queues (hwQueueFor), once made
   std::atomic<uint64_t> callbackThread;  // its pthread_t
   DeviceWork work[kMaxSimGpus];
 };
