@@ -10,10 +10,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <csignal>
 #include <cstring>
 #include <functional>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -479,126 +477,6 @@ TEST(GpuAlignment, TwoByteSlicesAndBlocksStayOnTheVectorPath) {
   }, 120);
   EXPECT_EQ(failures(results), "");
   EXPECT_EQ(device::simulatedUnalignedKernels() - before, 0u) << "reduce kernels launched off 16-byte boundaries";
-}
-
-// The simulated GPUs run host callbacks as CUDA does: every stream's on one thread
-// (not a stream's own), in the order the streams reach them.
-TEST(GpuSimulator, HostCallbacksOfEveryStreamRunOnOneThread) {
-  if (!simulated()) GTEST_SKIP() << "a property of the simulated GPUs";
-  device::setCurrentDevice(0);
-  void* a = device::streamCreate();
-  void* b = device::streamCreate();
-  struct Seen {
-    std::mutex mu;
-    std::vector<pthread_t> threads;
-  } seen;
-  auto record = [](void* arg) {
-    auto* s = static_cast<Seen*>(arg);
-    std::lock_guard<std::mutex> lock(s->mu);
-    s->threads.push_back(pthread_self());
-  };
-  for (int i = 0; i < 4; ++i) {
-    device::hostCallback(a, record, &seen);
-    device::hostCallback(b, record, &seen);
-  }
-  device::streamSynchronize(a);
-  device::streamSynchronize(b);
-  device::streamDestroy(a);
-  device::streamDestroy(b);
-  ASSERT_EQ(seen.threads.size(), 8u);
-  for (pthread_t t : seen.threads) EXPECT_TRUE(pthread_equal(t, seen.threads[0]));
-  EXPECT_FALSE(pthread_equal(seen.threads[0], pthread_self()));
-}
-
-// The process GpuSimulator.ACudaCallInsideAHostCallbackAborts starts: a callback
-// that frees device memory, which CUDA forbids.
-TEST(GpuSimulator, CallbackHelper) {
-  if (!getenv("STRATA_TEST_CALLBACK_HELPER")) GTEST_SKIP() << "the process of ACudaCallInsideAHostCallbackAborts";
-  device::setCurrentDevice(0);
-  void* s = device::streamCreate();
-  static void* p = device::gpuAlloc(4096);
-  device::hostCallback(s, [](void*) { device::gpuFree(p); }, nullptr);
-  device::streamSynchronize(s);
-  _exit(0);  // not reached in strict mode
-}
-
-TEST(GpuSimulator, ACudaCallInsideAHostCallbackAbortsInStrictMode) {
-  if (!simulated()) GTEST_SKIP() << "a property of the simulated GPUs";
-  int err[2];
-  ASSERT_EQ(pipe(err), 0);
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(err[1], 2);
-    setenv("STRATA_TEST_CALLBACK_HELPER", "1", 1);
-    setenv("STRATA_GPU_SIM_STRICT", "1", 1);
-    execl("/proc/self/exe", "gpu_test", "--gtest_filter=GpuSimulator.CallbackHelper", static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  close(err[1]);
-  std::string out;
-  char buf[512];
-  for (ssize_t k; (k = read(err[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(k));
-  close(err[0]);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT) << "status " << status << ": " << out;
-  EXPECT_NE(out.find("cudaFree inside a host callback"), std::string::npos) << out;
-}
-
-// Stream a waits (a flag-wait kernel, then a copy that follows it); stream b's later
-// callback raises the flag. On separate hardware queues that completes; on one
-// (CUDA_DEVICE_MAX_CONNECTIONS=1) b's callback queues behind a's copy, which cannot
-// start: a deadlock on a GPU, which the simulation reports by aborting after 10 s.
-void waitAcrossStreams() {
-  device::setCurrentDevice(0);
-  void* a = device::streamCreate();
-  void* b = device::streamCreate();
-  static uint64_t flag = 0;
-  static char src[64], dst[64];
-  flag = 0;
-  device::waitHostFlag(a, &flag, 1);
-  device::copyAsync(dst, src, sizeof src, a);
-  device::hostCallback(b, [](void*) { __atomic_store_n(&flag, uint64_t{1}, __ATOMIC_RELEASE); }, nullptr);
-  device::streamSynchronize(a);
-  device::streamSynchronize(b);
-  device::streamDestroy(a);
-  device::streamDestroy(b);
-}
-
-TEST(GpuSimulator, StreamsOnSeparateHardwareQueuesDoNotWaitForEachOther) {
-  if (!simulated()) GTEST_SKIP() << "a property of the simulated GPUs";
-  if (getenv("CUDA_DEVICE_MAX_CONNECTIONS")) GTEST_SKIP() << "needs CUDA's default of 8 hardware queues";
-  waitAcrossStreams();
-}
-
-// The process StreamsSharingOneHardwareQueueDeadlockAsOnAGpu starts.
-TEST(GpuSimulator, QueueHelper) {
-  if (!getenv("STRATA_TEST_QUEUE_HELPER")) GTEST_SKIP() << "the process of StreamsSharingOneHardwareQueue...";
-  waitAcrossStreams();
-  _exit(0);  // not reached: the simulation aborts
-}
-
-TEST(GpuSimulator, StreamsSharingOneHardwareQueueDeadlockAsOnAGpu) {
-  if (!simulated()) GTEST_SKIP() << "a property of the simulated GPUs";
-  int err[2];
-  ASSERT_EQ(pipe(err), 0);
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(err[1], 2);
-    setenv("STRATA_TEST_QUEUE_HELPER", "1", 1);
-    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 1);
-    execl("/proc/self/exe", "gpu_test", "--gtest_filter=GpuSimulator.QueueHelper", static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  close(err[1]);
-  std::string out;
-  char buf[512];
-  for (ssize_t k; (k = read(err[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(k));
-  close(err[0]);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT) << "status " << status << ": " << out;
-  EXPECT_NE(out.find("CUDA_DEVICE_MAX_CONNECTIONS=1"), std::string::npos) << out;
 }
 
 // A stream of another GPU than the communicator's: the launch fails (CUDA refuses a
