@@ -44,9 +44,7 @@ ArenaHeader& arena() {
 }
 
 namespace {
-// The host-callback thread (runCallback): one per process, whichever copy of this
-// code makes it first; never destroyed (callbacks may still come at exit). A forked
-// child inherits the parent's pointer but not its thread, so each is made for a pid.
+// The host-callback thread (runCallback), one per process (perProcess).
 struct Callbacks {
   pid_t pid = getpid();
   std::mutex mu;
@@ -68,19 +66,29 @@ struct Callbacks {
     }
   }
 };
-Callbacks& callbacks() {
-  uintptr_t seen = arena().callbacks.load();
+// The process's one T, published in `slot` (an arena word every copy of this code
+// shares) by whichever thread or copy makes it first; never destroyed. A forked
+// child inherits the parent's pointer but not its threads: T keeps the pid it was
+// made for, and the child makes its own. `made` runs once, for the one published.
+template <typename T, typename F>
+T& perProcess(std::atomic<uintptr_t>& slot, F made) {
+  uintptr_t seen = slot.load();
   for (;;) {
-    auto* c = reinterpret_cast<Callbacks*>(seen);
-    if (c && c->pid == getpid()) return *c;
-    auto* mine = new Callbacks;
-    if (arena().callbacks.compare_exchange_strong(seen, reinterpret_cast<uintptr_t>(mine))) {
-      arena().callbackThread.store(0);  // a parent's, until the new thread says
-      std::thread([mine] { mine->loop(); }).detach();
+    auto* t = reinterpret_cast<T*>(seen);
+    if (t && t->pid == getpid()) return *t;
+    auto* mine = new T;
+    if (slot.compare_exchange_strong(seen, reinterpret_cast<uintptr_t>(mine))) {
+      made(mine);
       return *mine;
     }
-    delete mine;  // another thread or copy made it: `seen` is now that one
+    delete mine;  // another made it: `seen` is now that one
   }
+}
+Callbacks& callbacks() {
+  return perProcess<Callbacks>(arena().callbacks, [](Callbacks* mine) {
+    arena().callbackThread.store(0);  // a parent's, until the new thread says
+    std::thread([mine] { mine->loop(); }).detach();
+  });
 }
 // The hardware queues of every simulated device, made as the callback thread is.
 struct HwQueues {
@@ -89,14 +97,7 @@ struct HwQueues {
   HwQueue queue[kMaxSimGpus][32];                   // CUDA_DEVICE_MAX_CONNECTIONS is at most 32
 };
 HwQueues& hwQueues() {
-  uintptr_t seen = arena().hwQueues.load();
-  for (;;) {
-    auto* t = reinterpret_cast<HwQueues*>(seen);
-    if (t && t->pid == getpid()) return *t;
-    auto* mine = new HwQueues;
-    if (arena().hwQueues.compare_exchange_strong(seen, reinterpret_cast<uintptr_t>(mine))) return *mine;
-    delete mine;
-  }
+  return perProcess<HwQueues>(arena().hwQueues, [](HwQueues*) {});
 }
 }  // namespace
 
