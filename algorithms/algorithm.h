@@ -108,6 +108,13 @@ class PlanContext {
   // Operations of at least this many bytes move their data with one-sided writes
   // where both links allow it (STRATA_PUT_BYTES; 0: never).
   virtual size_t putBytes() const = 0;
+  // Two words of mapped pinned host memory the communicator owns, for device-side
+  // waits: [0] rises when the communicator is stopped (ncclCommAbort, a failure),
+  // [1] takes a kernel's first failure (KernelColl::Why << 8 | rank), which the
+  // communicator then reports as its asynchronous error.
+  virtual uint32_t* deviceWords() = 0;
+  // This rank's CUDA device (-1: it drives none).
+  virtual int device() const = 0;
   // Links opened before any task of the group is made (both ends must ask in the same group).
   virtual void needSend(const LinkKey& k, LinkShape shape = {}) = 0;
   virtual void needRecv(const LinkKey& k, LinkShape shape = {}) = 0;
@@ -146,6 +153,10 @@ class Algorithm {
   virtual bool applies(const TuneRequest&) const { return true; }
   // True for algorithms that work on device memory (the others work on host memory).
   virtual bool deviceMemory() const { return false; }
+  // True for device algorithms whose plan only enqueues kernels on the caller's
+  // stream (deviceStream() is the caller's): they run on the calling thread with no
+  // proxy, so they must not wait on the host for the stream.
+  virtual bool streamOrdered() const { return false; }
   // True when the links of warmUp may fail to open: the communicator then goes
   // without this algorithm instead of failing.
   virtual bool optional() const { return false; }

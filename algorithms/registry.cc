@@ -5,7 +5,8 @@
 #include "algorithms/algorithm.h"
 
 #define STRATA_ALGORITHMS(X) \
-  X(ring) X(tree) X(hierarchical) X(leaders) X(one_shot) X(direct_read) X(pairwise) X(device_direct)
+  X(ring) X(tree) X(hierarchical) X(leaders) X(one_shot) X(direct_read) X(pairwise) X(device_direct) \
+  X(device_one_shot)
 
 namespace strata::algorithms {
 

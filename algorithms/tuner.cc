@@ -77,6 +77,7 @@ bool tryChoose(const TuneRequest& req, const std::string& algoSpec, const std::s
   for (size_t i = 0; i < registry().size(); ++i) {
     const Algorithm* a = registry()[i];
     if (!a->serves(req.coll) || !a->applies(req) || a->deviceMemory() != req.deviceBuffers) continue;
+    if (a->streamOrdered() != req.streamOrdered) continue;
     if (req.unavailable >> i & 1) continue;
     bool listed = a->selectable() && traits(req.coll).scheduled;  // NCCL_ALGO lists only choose among these
     if (listed && !listAllows(algoSpec, a->name(), func)) continue;

@@ -26,6 +26,8 @@ struct TuneRequest {
   bool sharedMemory = false;  // every rank maps every other rank's memory: LL is possible
   double launchUs = 0;        // fixed cost of any operation (a kernel launch on GPUs); same for all choices
   bool deviceBuffers = false;  // the operation's buffers are device memory
+  bool streamOrdered = false;  // enqueued by the caller's thread on the caller's stream, no proxy (device-driven kernels)
+  bool ownGpus = false;        // every rank drives a GPU no other rank of the communicator uses
   bool gpuMachine = false;     // a prediction for ranks that drive GPUs (strata-topo): host-only algorithms do not apply
   uint64_t unavailable = 0;    // bit i: registry()[i] cannot run on this communicator (its warm-up failed)
 };

@@ -28,6 +28,8 @@ class CommPlan final : public algorithms::PlanContext, public algorithms::Links 
   uint32_t linkCapabilities(int a, int b) const override;
   bool reachable(int a, int b, uint32_t caps) const override;
   void* deviceStream() override;
+  uint32_t* deviceWords() override { return comm_.deviceWords(); }
+  int device() const override { return comm_.peer(comm_.rank()).device; }
   using PlanContext::linkCapabilities;
   size_t putBytes() const override;
   void needSend(const LinkKey& k, LinkShape shape) override { sends_.push_back({k, shape}); }

@@ -289,6 +289,11 @@ void Communicator::planNodes() {
     if (rate > 0 && (net == 0 || rate < net)) net = rate;
   }
   b.net = {topology::kSocketHopUs, net > 0 ? net : kDefaultNetGBps};
+  b.ownGpus = true;  // no two ranks on one GPU (the same bus id, or device, of one host)
+  for (const PeerInfo& p : peers_)
+    for (const PeerInfo& q : peers_)
+      if (&p != &q && (p.device < 0 || (p.sameHost(q) && (p.busId[0] ? strcmp(p.busId, q.busId) == 0 : p.device == q.device))))
+        b.ownGpus = false;
   b.sharedMemory = b.nodes == 1 && !staged;
   for (const PeerInfo& p : peers_)
     b.sharedMemory = b.sharedMemory && transport::selectTransport(peers_[rank()], p).has(transport::kSharedRegions);

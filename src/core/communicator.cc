@@ -9,16 +9,55 @@
 #include "base/log.h"
 #include "core/device_proxy.h"
 #include "core/post_office.h"
+#include "device/gpu.h"
 #include "transports/transport.h"
 
 namespace strata::core {
 
-algorithms::TuneRequest Communicator::tuneRequest(Collective coll, size_t bytes, bool device) const {
+algorithms::TuneRequest Communicator::tuneRequest(Collective coll, size_t bytes, bool device, bool streamOrdered) const {
   algorithms::TuneRequest r = tuneBasis_;
   r.coll = coll;
   r.bytes = bytes;
   r.deviceBuffers = device;
+  r.streamOrdered = streamOrdered;
   return r;
+}
+
+bool Communicator::streamCapable(Collective coll, size_t bytes) {
+  algorithms::Choice c;
+  return algorithms::tryChoose(tuneRequest(coll, bytes, true, true), config().algo, config().proto, &c);
+}
+
+uint32_t* Communicator::deviceWords() {
+  std::lock_guard<std::mutex> lock(stopMutex_);
+  if (!deviceWords_) {
+    device::RelaxedCapture relaxed;
+    auto* w = static_cast<uint32_t*>(device::pinnedAlloc(2 * sizeof(uint32_t)));
+    w[0] = abortRequested_.load() ? 1 : 0;
+    w[1] = 0;
+    deviceWords_.reset(w, [](uint32_t* p) {
+      try {
+        device::pinnedFree(p);
+      } catch (const Error& e) {
+        STRATA_WARN(-1, "freeing a communicator's device words: %s", e.what());
+      }
+    });
+  }
+  return deviceWords_.get();
+}
+
+ncclResult_t Communicator::asyncError() const {
+  ncclResult_t r = asyncError_.load();
+  uint32_t failure = deviceWords_ ? __atomic_load_n(&deviceWords_.get()[1], __ATOMIC_ACQUIRE) : 0;
+  if (r != ncclSuccess || failure == 0) return r;
+  uint32_t why = failure >> 8;
+  int peer = static_cast<int>(failure & 0xff);
+  if (!deviceFailureLogged_.exchange(true))
+    STRATA_WARN(rank(), "a device-driven collective kernel gave up waiting for rank %d: %s", peer,
+                why == device::KernelColl::kTimedOut
+                    ? format("nothing arrived within STRATA_TIMEOUT=%gs", config().timeoutSec).c_str()
+                    : ("the communicator was stopped: " + stopReason()).c_str());
+  return why == device::KernelColl::kTimedOut ? ncclRemoteError : ncclInvalidUsage;
 }
 
 bool Communicator::deviceCapable(Collective coll, size_t bytes) {
@@ -38,11 +77,11 @@ bool Communicator::devicePuts(int peer, size_t bytes) const {
   }
 }
 
-algorithms::Choice Communicator::choose(Collective coll, size_t bytes, bool device) {
+algorithms::Choice Communicator::choose(Collective coll, size_t bytes, bool device, bool streamOrdered) {
   const Config& cfg = config();
-  CachedChoice& c = choices_[(bytes * 31 + static_cast<size_t>(coll) * 2 + device) % choices_.size()];
-  if (c.config != &cfg || c.coll != coll || c.bytes != bytes || c.device != device) {
-    algorithms::TuneRequest req = tuneRequest(coll, bytes, device);
+  CachedChoice& c = choices_[(bytes * 31 + static_cast<size_t>(coll) * 4 + device * 2 + streamOrdered) % choices_.size()];
+  if (c.config != &cfg || c.coll != coll || c.bytes != bytes || c.device != device || c.streamOrdered != streamOrdered) {
+    algorithms::TuneRequest req = tuneRequest(coll, bytes, device, streamOrdered);
     c.choice = algorithms::choose(req, cfg.algo, cfg.proto);  // throws before caching
     if (logEnabled(LogLevel::kInfo, kSubsysTuning))
       STRATA_INFO(kSubsysTuning, rank(), "%s (%d ranks, %d node(s))",
@@ -52,6 +91,7 @@ algorithms::Choice Communicator::choose(Collective coll, size_t bytes, bool devi
     c.coll = coll;
     c.bytes = bytes;
     c.device = device;
+    c.streamOrdered = streamOrdered;
   }
   return c.choice;
 }
@@ -60,8 +100,9 @@ void Communicator::stop(const std::string& why) {
   {
     std::lock_guard<std::mutex> lock(stopMutex_);
     if (stopReason_.empty()) stopReason_ = why;
+    abortRequested_.store(true);
+    if (deviceWords_) __atomic_store_n(&deviceWords_.get()[0], 1u, __ATOMIC_RELEASE);  // device-side waits end
   }
-  abortRequested_.store(true);
   stopEpoch_.fetch_add(1);
   if (pool_) pool_->abortAll();
   if (bell_) bell_->ring();  // a rank asleep in a collective wakes and sees the request

@@ -92,8 +92,11 @@ class Communicator {
   // remembered for the last few sizes (the configuration, hence NCCL_ALGO /
   // NCCL_PROTO, is part of the key); under NCCL_DEBUG_SUBSYS=TUNING the first
   // choice for a size is logged with the line strata-topo prints for it.
-  algorithms::TuneRequest tuneRequest(Collective coll, size_t bytes, bool device = false) const;
-  algorithms::Choice choose(Collective coll, size_t bytes, bool device = false);
+  algorithms::TuneRequest tuneRequest(Collective coll, size_t bytes, bool device = false, bool streamOrdered = false) const;
+  algorithms::Choice choose(Collective coll, size_t bytes, bool device = false, bool streamOrdered = false);
+  // True when an algorithm runs this collective on device buffers with kernels on
+  // the caller's stream alone (no proxy).
+  bool streamCapable(Collective coll, size_t bytes);
   // True when an algorithm can run this collective on device buffers (else the
   // device proxy stages them through host memory).
   bool deviceCapable(Collective coll, size_t bytes);
@@ -111,7 +114,8 @@ class Communicator {
   void drainDevice(double waitSec = -1);
 
   // Error state, as ncclCommGetAsyncError reports it.
-  ncclResult_t asyncError() const { return asyncError_.load(); }
+  // A device-driven kernel's failure (deviceWords) counts too.
+  ncclResult_t asyncError() const;
   void setAsyncError(ncclResult_t r) { asyncError_.store(r); }
   // Stops in-flight work here and tells every connected peer to stop too.
   void abortConnections() { pool_->abortAll(); }
@@ -125,6 +129,8 @@ class Communicator {
   void failIfStopped() const;
   void revoke() { revoked_.store(true); }
   bool revoked() const { return revoked_.load(); }
+  // PlanContext::deviceWords: made at first use (on a thread with this rank's device).
+  uint32_t* deviceWords();
   // Sequence numbers that make children's magics unique and agreed by all ranks.
   uint64_t nextChildSeq() { return ++childSeq_; }
 
@@ -143,6 +149,8 @@ class Communicator {
   std::unique_ptr<Bootstrap> bootstrap_;
   std::shared_ptr<Doorbell> bell_;
   algorithms::RankLayout layout_;
+  std::shared_ptr<uint32_t> deviceWords_;  // mapped pinned; outlives the pool (kernels use it to the end)
+  mutable std::atomic<bool> deviceFailureLogged_{false};
   std::unique_ptr<ConnectionPool> pool_;
   std::unique_ptr<RedOpTable> redops_;
   std::map<std::type_index, std::shared_ptr<void>> algorithmState_;
@@ -156,7 +164,7 @@ class Communicator {
     const void* config = nullptr;
     Collective coll = Collective::kAllReduce;
     size_t bytes = 0;
-    bool device = false;
+    bool device = false, streamOrdered = false;
     algorithms::Choice choice;
   };
   std::array<CachedChoice, 16> choices_;

@@ -58,7 +58,7 @@ void Executor::add(Communicator& comm, const OpDesc& op) {
   bool device = deviceStream_ && c.kind == algorithms::CollectiveOp::Kind::kCollective &&
                 (device::isDevicePointer(op.sendbuff) || device::isDevicePointer(op.recvbuff));
   // The tuner's choice; throws when NCCL_ALGO / NCCL_PROTO exclude every candidate.
-  algorithms::Choice choice = comm.choose(c.coll, c.bytes, device);
+  algorithms::Choice choice = comm.choose(c.coll, c.bytes, device, device && streamOrdered_);
   choice.algorithm->plan(plan, c, choice.proto);
 }
 

@@ -23,7 +23,10 @@ class Executor {
  public:
   // `deviceStream`: where device-memory algorithms enqueue their kernels (the
   // device proxy's stream; null on a rank's own thread, which runs host memory).
-  explicit Executor(void* deviceStream = nullptr) : deviceStream_(deviceStream) {}
+  // `streamOrdered`: the stream is the caller's, and only algorithms that merely
+  // enqueue on it may plan (the group's device operations run without the proxy).
+  explicit Executor(void* deviceStream = nullptr, bool streamOrdered = false)
+      : deviceStream_(deviceStream), streamOrdered_(streamOrdered) {}
   ~Executor();  // hands each plan back to its communicator for the next call
   // Plans one operation. Throws for invalid ops (the group is then dropped).
   void add(Communicator& comm, const OpDesc& op);
@@ -59,6 +62,7 @@ class Executor {
   std::map<LaneId, Lane> lanes_;
   std::vector<std::pair<Communicator*, std::unique_ptr<CommPlan>>> plans_;  // in the order communicators joined
   void* deviceStream_;
+  bool streamOrdered_;
   bool allDone_ = false;
   bool polling_ = false;  // some link needs this thread to move its data (sockets)
   const char* firstFn_ = nullptr;  // the first operation's API call, for messages

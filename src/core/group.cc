@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "core/device_proxy.h"
 #include "core/executor.h"
+#include "device/gpu.h"
 
 namespace strata::core::group {
 namespace {
@@ -71,14 +72,32 @@ void runHostOps(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
   ex.run();
 }
 
-// Device buffers go to the stream (device_proxy.h); host buffers run here, after the
-// communicators' earlier device operations.
+// True when every operation of the group is a collective on device buffers, on one
+// stream, that a device-driven algorithm runs with kernels on that stream alone.
+// (The legacy stream 0 goes through the proxy: the executor's null stream means none.)
+bool streamOrdered(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
+  if (!ops.front().second.stream) return false;
+  for (auto& [h, op] : ops) {
+    if (op.kind != OpKind::kCollective || op.stream != ops.front().second.stream) return false;
+    if (!device::isDevicePointer(op.recvbuff) || (op.sendbuff && !device::isDevicePointer(op.sendbuff))) return false;
+    Communicator& comm = readyComm(h, op.fn);
+    if (op.count > 0 && !comm.streamCapable(opCollective(op), opBytes(op, comm.nranks()))) return false;
+  }
+  return true;
+}
+
+// Device buffers go to the stream: kernels enqueued here, or the proxy's job
+// (device_proxy.h); host buffers run here, after the communicators' earlier device
+// operations.
 void runOps(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
   bool device = false;
   for (auto& [h, op] : ops) device = device || DeviceProxy::touchesDevice(op);
   if (device) {
     checkGroup(ops);
-    return DeviceProxy::enqueue(ops);
+    if (!streamOrdered(ops)) return DeviceProxy::enqueue(ops);
+    Executor ex(ops.front().second.stream, true);
+    for (auto& [h, op] : ops) ex.add(readyComm(h, op.fn), op);
+    return ex.run();
   }
   for (auto& [h, op] : ops) readyComm(h, op.fn).drainDevice();
   runHostOps(ops);

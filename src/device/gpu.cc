@@ -51,6 +51,12 @@ class NoGpus final : public GpuBackend {
   std::string busId(int) override { return ""; }
   bool canAccessPeer(int, int) override { return false; }
   int exchangeCaptureMode(int mode) override { return mode; }
+  void kernelColl(const KernelColl&, void*) override { refuse("device kernels"); }
+  void* mappedPointer(void*) override { refuse("pinned memory"); }
+  void graphBegin(void*) override { refuse("CUDA graphs"); }
+  void* graphEnd(void*, std::string*) override { refuse("CUDA graphs"); }
+  void graphLaunch(void*, void*) override { refuse("CUDA graphs"); }
+  void graphDestroy(void*) override { refuse("CUDA graphs"); }
   bool enablePeerAccess(int, std::string* why) override {
     *why = unavailableReason();
     return false;
@@ -84,9 +90,14 @@ namespace {
 
 // Frees kept while work that holds flag waits is in flight (holdFrees).
 enum class FreeKind { kDevice, kPinned, kIpc };
+struct Kept {
+  FreeKind kind;
+  void* p;
+  int device;  // the GPU whose work the free synchronises; -1: every GPU (pinned memory)
+};
 struct KeptFrees {
   std::mutex mu;  // held while freeing: no hold starts meanwhile
-  std::vector<std::pair<FreeKind, void*>> kept;
+  std::vector<Kept> kept;
   std::atomic<int> holds{0};
 };
 KeptFrees& keptFrees() {
@@ -101,11 +112,23 @@ void freeNow(FreeKind kind, void* p) {
   if (kind == FreeKind::kIpc) backend().ipcFree(p);
 }
 
-// Under k.mu, with nothing holding: what was kept.
+// Under k.mu, with nothing holding: what was kept, except device memory of another
+// GPU than the calling thread's. Freeing that synchronises the other GPU, where a
+// device-driven kernel of another rank may wait for this thread's next collective
+// (ranks as threads, one per GPU): that GPU's own threads free it later.
 void freeKeptLocked(KeptFrees& k) {
-  std::vector<std::pair<FreeKind, void*>> now;
-  now.swap(k.kept);
-  for (auto& [kind, p] : now) {
+  std::vector<Kept> now;
+  int self = backend().currentDevice();
+  for (size_t i = 0; i < k.kept.size();) {
+    if (k.kept[i].device < 0 || k.kept[i].device == self) {
+      now.push_back(k.kept[i]);
+      k.kept[i] = k.kept.back();
+      k.kept.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  for (auto& [kind, p, device] : now) {
     try {
       freeNow(kind, p);
     } catch (const Error& e) {
@@ -118,7 +141,9 @@ void freeOrKeep(FreeKind kind, void* p) {
   KeptFrees& k = keptFrees();
   std::lock_guard<std::mutex> lock(k.mu);
   if (k.holds.load() > 0) {
-    k.kept.emplace_back(kind, p);
+    int device = -1;
+    if (kind != FreeKind::kPinned) backend().isDevicePointer(p, &device);
+    k.kept.push_back({kind, p, device});
     return;
   }
   freeKeptLocked(k);
@@ -159,6 +184,12 @@ void gpuPrepare(void* dst, const void* src, size_t count, ncclDataType_t type, c
 void gpuCopy(void* dst, const void* src, size_t bytes, void* stream) {
   if (bytes && dst != src) backend().copy(dst, src, bytes, stream);
 }
+void launchKernelColl(const KernelColl& k, void* stream) { backend().kernelColl(k, stream); }
+void* mappedPointer(void* pinned) { return backend().mappedPointer(pinned); }
+void graphBegin(void* stream) { backend().graphBegin(stream); }
+void* graphEnd(void* stream, std::string* why) { return backend().graphEnd(stream, why); }
+void graphLaunch(void* graph, void* stream) { backend().graphLaunch(graph, stream); }
+void graphDestroy(void* graph) { backend().graphDestroy(graph); }
 bool streamCapturing(void* stream) {
   RelaxedCapture relaxed;
   return backend().capturing(stream);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "device/cpu_reduce.h"
+#include "device/kernel_coll.h"
 
 namespace strata::device {
 
@@ -47,6 +48,20 @@ void gpuReduceInOrder(void* dst, const void* const* inputs, int n, size_t count,
 void gpuPrepare(void* dst, const void* src, size_t count, ncclDataType_t type, const ReduceOp& op, void* stream);
 // A vectorised copy (16-byte loads and stores where alignment allows).
 void gpuCopy(void* dst, const void* src, size_t bytes, void* stream);
+
+// The device-driven collective kernel (kernel_coll.h), enqueued on `stream` on the
+// current device.
+void launchKernelColl(const KernelColl& k, void* stream);
+// The address a kernel uses for memory from pinnedAlloc.
+void* mappedPointer(void* pinned);
+// CUDA graphs, for tools and tests: graphBegin captures `stream` in global mode;
+// graphEnd ends the capture and returns the instantiated graph, or null with *why
+// when the capture failed (an unsafe call during it, ...); graphLaunch replays it.
+// On simulated GPUs the stream's work is recorded and replayed.
+void graphBegin(void* stream);
+void* graphEnd(void* stream, std::string* why);
+void graphLaunch(void* graph, void* stream);
+void graphDestroy(void* graph);
 
 // Stream-ordered pieces of the host-staged device path (core/device_proxy.h).
 // True while `stream` is being captured into a CUDA graph.

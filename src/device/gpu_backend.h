@@ -9,6 +9,7 @@
 #include <string>
 
 #include "device/cpu_reduce.h"
+#include "device/kernel_coll.h"
 
 namespace strata::device {
 
@@ -58,6 +59,16 @@ class GpuBackend {
   // is not 16-byte aligned (see device::simulatedUnalignedKernels).
   virtual uint64_t unalignedKernels() { return 0; }
   virtual bool enablePeerAccess(int peer, std::string* why) = 0;
+  // The device-driven collective kernel (kernel_coll.h) on `stream`.
+  virtual void kernelColl(const KernelColl& k, void* stream) = 0;
+  // The address kernels use for pinned host memory from pinnedAlloc.
+  virtual void* mappedPointer(void* pinned) = 0;
+  // CUDA graphs: capture `stream` (global mode) from graphBegin to graphEnd, which
+  // returns the instantiated graph (null with *why when the capture failed).
+  virtual void graphBegin(void* stream) = 0;
+  virtual void* graphEnd(void* stream, std::string* why) = 0;
+  virtual void graphLaunch(void* graph, void* stream) = 0;
+  virtual void graphDestroy(void* graph) = 0;
   virtual bool exportDmabuf(const void* p, size_t bytes, int* fd, uint64_t* offset, std::string* why) {
     (void)p, (void)bytes, (void)fd, (void)offset;
     *why = "no GPU to export device memory from";

@@ -76,6 +76,32 @@ class CudaGpus final : public GpuBackend {
     cuda::prepare(dst, src, count, type, op, stream);
   }
   void copy(void* dst, const void* src, size_t bytes, void* stream) override { cuda::copy(dst, src, bytes, stream); }
+  void kernelColl(const KernelColl& k, void* stream) override { cuda::kernelColl(k, stream); }
+  void* mappedPointer(void* pinned) override {
+    void* p = nullptr;
+    checkCuda(cudaHostGetDevicePointer(&p, pinned, 0), "cudaHostGetDevicePointer");
+    return p;
+  }
+  void graphBegin(void* stream) override {
+    checkCuda(cudaStreamBeginCapture(asStream(stream), cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+  }
+  void* graphEnd(void* stream, std::string* why) override {
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    cudaError_t e = cudaStreamEndCapture(asStream(stream), &g);
+    if (e == cudaSuccess) e = cudaGraphInstantiate(&exec, g, 0);
+    if (g) cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+      *why = std::string("capturing the stream failed: ") + cudaGetErrorString(e);
+      cudaGetLastError();
+      return nullptr;
+    }
+    return exec;
+  }
+  void graphLaunch(void* graph, void* stream) override {
+    checkCuda(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), asStream(stream)), "cudaGraphLaunch");
+  }
+  void graphDestroy(void* graph) override { checkCuda(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph)), "cudaGraphExecDestroy"); }
   bool capturing(void* stream) override {
     if (count_ == 0) return false;
     cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;

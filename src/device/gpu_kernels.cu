@@ -12,47 +12,14 @@
 #include <utility>
 
 #include "device/combine.h"
+#include "device/gpu_format.cuh"
 #include "device/gpu_kernels.h"
-#include "common/type_switch.h"
 
 namespace strata::device::cuda {
 namespace {
 
 constexpr int kMaxInputs = 8;  // per launch; more are folded in later launches
 constexpr int kThreads = 512;
-
-// Storage type -> the type arithmetic is done in, and back (round to nearest even;
-// fp8 saturates to the largest finite value, as the CPU conversions do).
-template <typename T>
-struct DevFormat {
-  using C = T;
-  __device__ static C load(T v) { return v; }
-  __device__ static T store(C v) { return v; }
-};
-template <>
-struct DevFormat<__half> {
-  using C = float;
-  __device__ static float load(__half v) { return __half2float(v); }
-  __device__ static __half store(float v) { return __float2half_rn(v); }
-};
-template <>
-struct DevFormat<__nv_bfloat16> {
-  using C = float;
-  __device__ static float load(__nv_bfloat16 v) { return __bfloat162float(v); }
-  __device__ static __nv_bfloat16 store(float v) { return __float2bfloat16_rn(v); }
-};
-template <>
-struct DevFormat<__nv_fp8_e4m3> {
-  using C = float;
-  __device__ static float load(__nv_fp8_e4m3 v) { return static_cast<float>(v); }
-  __device__ static __nv_fp8_e4m3 store(float v) { return __nv_fp8_e4m3(v); }
-};
-template <>
-struct DevFormat<__nv_fp8_e5m2> {
-  using C = float;
-  __device__ static float load(__nv_fp8_e5m2 v) { return static_cast<float>(v); }
-  __device__ static __nv_fp8_e5m2 store(float v) { return __nv_fp8_e5m2(v); }
-};
 
 template <typename T>
 struct Params {
@@ -174,19 +141,6 @@ void launch(void* dst, const void* const* inputs, int n, size_t count, const Red
   size_t work = vectors ? count / (16 / sizeof(T)) + 1 : count;
   launchFor<T>(n, blocksFor(work), s, static_cast<T*>(dst), p, count, vectors, std::make_integer_sequence<int, kMaxInputs>{});
   checkCuda(cudaGetLastError(), "reduce kernel launch");
-}
-
-// The kernels' storage types.
-struct CudaTypes {
-  using Half = __half;
-  using BFloat16 = __nv_bfloat16;
-  using Fp8E4M3 = __nv_fp8_e4m3;
-  using Fp8E5M2 = __nv_fp8_e5m2;
-};
-
-template <typename F>
-void withDevType(ncclDataType_t type, F&& f) {
-  switchType<CudaTypes>(type, std::forward<F>(f));
 }
 
 size_t elementSize(ncclDataType_t type) {

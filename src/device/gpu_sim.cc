@@ -155,6 +155,7 @@ class SimGpus final : public GpuBackend {
   }
   bool capturing(void* stream) override {
     if (!stream) sim::unsafeDuringCapture("cudaStreamIsCapturing on the legacy stream");
+    if (sim::recording(stream)) return true;
     return arena().captureThread.load() && arena().captureStream.load() == reinterpret_cast<uintptr_t>(stream);
   }
   int exchangeCaptureMode(int mode) override { return sim::exchangeCaptureMode(mode); }
@@ -169,6 +170,46 @@ class SimGpus final : public GpuBackend {
     a.captureThread.store(0);
     return !a.captureInvalid.load();
   }
+  // Graphs: while a stream is captured, its work is recorded instead of run; a
+  // launch enqueues the recorded work again (the kernels' arguments as captured).
+  // Captures of several streams may be under way at once (ranks capturing together).
+  void graphBegin(void* stream) override {
+    use("cudaStreamBeginCapture");
+    sim::beginRecording(stream);
+  }
+  void* graphEnd(void* stream, std::string* why) override {
+    auto g = std::make_unique<Graph>();
+    if (!sim::endRecording(stream, &g->work)) {
+      *why = "cudaStreamEndCapture on a stream that is not being captured";
+      return nullptr;
+    }
+    return g.release();
+  }
+  void graphLaunch(void* graph, void* stream) override {
+    use("cudaGraphLaunch");
+    for (const std::function<void()>& work : static_cast<Graph*>(graph)->work) of(stream).push(work);
+  }
+  void graphDestroy(void* graph) override { delete static_cast<Graph*>(graph); }
+  void* mappedPointer(void* pinned) override { return pinned; }
+  void kernelColl(const KernelColl& k, void* stream) override {
+    const char* name = "the device-driven collective kernel";
+    int dev = launch(name, stream);
+    for (int r = 0; r < k.n; ++r) reaches(dev, name, k.region[r]);
+    reaches(dev, name, k.counter);
+    if (k.count) {  // the buffers the collective uses on this rank
+      if (k.coll != KernelColl::kBroadcast || k.rank == k.root) reaches(dev, name, k.send);
+      if (k.coll != KernelColl::kReduce || k.rank == k.root) reaches(dev, name, k.recv);
+    }
+    // Its waits for peers hold the stream as a flag wait does: a free that synchronises
+    // this device meanwhile is reported as the deadlock it can be.
+    DeviceWork& w = deviceWork(dev);
+    on(stream, [k, &w] {
+      w.flagWaits.fetch_add(1);
+      sim::runKernelColl(k);
+      w.flagWaits.fetch_sub(1);
+    });
+  }
+
   void* pinnedAlloc(size_t bytes) override {
     use("cudaHostAlloc");
     sim::unsafeDuringCapture("cudaHostAlloc");
@@ -353,7 +394,12 @@ class SimGpus final : public GpuBackend {
     if (!st) st = std::make_unique<SimStream>(device);
     return *st;
   }
-  void on(void* stream, std::function<void()> work) { of(stream).push(std::move(work)); }
+  void on(void* stream, std::function<void()> work) {
+    if (!sim::record(stream, work)) of(stream).push(std::move(work));
+  }
+  struct Graph {
+    std::vector<std::function<void()>> work;
+  };
 
   int n_;
   bool strict_;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <cstdio>
@@ -99,7 +100,48 @@ struct HwQueues {
 HwQueues& hwQueues() {
   return perProcess<HwQueues>(arena().hwQueues, [](HwQueues*) {});
 }
+struct Recordings {
+  pid_t pid = getpid();
+  std::mutex mu;
+  std::map<void*, std::vector<std::function<void()>>> byStream;
+};
+Recordings& recordings() {
+  return perProcess<Recordings>(arena().recordings, [](Recordings*) {});
+}
 }  // namespace
+
+void beginRecording(void* stream) {
+  Recordings& r = recordings();
+  std::lock_guard<std::mutex> lock(r.mu);
+  STRATA_REQUIRE(!r.byStream.count(stream), ncclInvalidUsage,
+                 "simulated GPU: cudaStreamBeginCapture on a stream already being captured");
+  r.byStream[stream];
+}
+
+bool record(void* stream, std::function<void()>& work) {
+  Recordings& r = recordings();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.byStream.find(stream);
+  if (it == r.byStream.end()) return false;
+  it->second.push_back(std::move(work));
+  return true;
+}
+
+bool endRecording(void* stream, std::vector<std::function<void()>>* work) {
+  Recordings& r = recordings();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.byStream.find(stream);
+  if (it == r.byStream.end()) return false;
+  work->swap(it->second);
+  r.byStream.erase(it);
+  return true;
+}
+
+bool recording(void* stream) {
+  Recordings& r = recordings();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return r.byStream.count(stream) > 0;
+}
 
 HwQueue& hwQueueFor(int device) {
   HwQueues& t = hwQueues();

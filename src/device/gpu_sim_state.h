@@ -6,6 +6,8 @@
 // it statically) sees one state, as every copy of the CUDA runtime sees one driver.
 #pragma once
 
+#include "device/kernel_coll.h"
+
 #include <pthread.h>
 
 #include <atomic>
@@ -145,6 +147,7 @@ struct ArenaHeader {
   std::atomic<bool> captureInvalid;     // an unsafe call by another thread broke that capture
   std::atomic<uintptr_t> callbacks;     // the process's host-callback thread (runCallback), once made
   std::atomic<uintptr_t> hwQueues;      // the process's hardware queues (hwQueueFor), once made
+  std::atomic<uintptr_t> recordings;    // the process's stream captures under way (graphBegin), once made
   std::atomic<uint64_t> callbackThread;  // its pthread_t
   DeviceWork work[kMaxSimGpus];
 };
@@ -186,5 +189,16 @@ void synchronizeDevice(int device, int devices, const char* call);
 void unsafeDuringCapture(const char* call);
 // A kernel on `device` touching `p` without peer access to its device fails.
 void reaches(int device, const char* kernel, const void* p);
+// Stream captures (CUDA graphs), one registry per process, so that work a copy of
+// this code enqueues (libnccl.so.2) is recorded by a capture another began (a test).
+// beginRecording fails if the stream is already captured; record() keeps `work`
+// and returns true while `stream` is captured; endRecording hands the work over
+// (false when the stream was not captured).
+void beginRecording(void* stream);
+bool record(void* stream, std::function<void()>& work);
+bool endRecording(void* stream, std::vector<std::function<void()>>* work);
+bool recording(void* stream);
+// The device-driven collective kernel, every block, on the calling (stream) thread.
+void runKernelColl(const KernelColl& k);
 
 }  // namespace strata::device::sim

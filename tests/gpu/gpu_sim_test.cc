@@ -15,11 +15,10 @@
 #include <vector>
 
 #include "device/gpu.h"
+#include "gpu/gpu_util.h"
 
 namespace strata::test {
 namespace {
-
-bool simulated() { return getenv("STRATA_GPU_SIM") && atoi(getenv("STRATA_GPU_SIM")) > 0; }
 
 // Runs the helper test GpuSimulator.`name` in a fresh copy of this binary with `env`
 // set; returns its wait status (-1 when it could not be started), its stderr in *err.

@@ -1,0 +1,178 @@
+// DeviceOneShot: small collectives on device buffers between the GPUs of a node,
+// one kernel on the caller's stream and no host in the loop (device/kernel_coll.h
+// has the protocol). Each rank's kernel writes its data into every peer's slot,
+// raises a flag in each peer's region, waits for the peers' flags in its own, then
+// finishes from its own slots. One rank per GPU: kernels of ranks sharing a GPU
+// would wait for each other and need not be co-resident (nor, with
+// CUDA_DEVICE_MAX_CONNECTIONS=1, even started), so those keep the proxy.
+#include <algorithm>
+#include <cstring>
+
+#include "algorithms/algorithm.h"
+#include "algorithms/common/cost_model.h"
+#include "base/config.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "device/dtypes.h"
+#include "device/gpu.h"
+
+namespace strata::algorithms::device_one_shot {
+namespace {
+
+using device::KernelColl;
+
+// Bytes of one rank's piece a slot holds: the largest operation this runs.
+constexpr size_t kSlotBytes = 512 << 10;
+// A launch and a flag's round trip between GPUs (NVLink), per operation.
+constexpr double kKernelUs = 6.0;
+// Bytes of a piece per block (1 to KernelColl::kMaxBlocks blocks).
+constexpr size_t kBlockBytes = 32 << 10;
+constexpr uint64_t kRegion = linkId("device.oneshot");
+
+// The operation count, in device memory, per communicator.
+struct Counter {
+  uint64_t* words = nullptr;  // KernelColl::counter
+  ~Counter() {
+    if (!words) return;
+    try {
+      device::gpuFree(words);
+    } catch (const Error& e) {
+      STRATA_WARN(-1, "DeviceOneShot: freeing the operation counter: %s", e.what());
+    }
+  }
+};
+
+size_t pieceBytes(Collective c, size_t bytes, int nranks) {
+  return c == Collective::kAllGather || c == Collective::kReduceScatter ? bytes / nranks : bytes;
+}
+
+int kernelColl(Collective c) {
+  switch (c) {
+    case Collective::kAllGather: return KernelColl::kAllGather;
+    case Collective::kReduceScatter: return KernelColl::kReduceScatter;
+    case Collective::kBroadcast: return KernelColl::kBroadcast;
+    case Collective::kReduce: return KernelColl::kReduce;
+    default: return KernelColl::kAllReduce;
+  }
+}
+
+// Enqueues the kernel at its first progress (on the caller's thread and stream).
+class LaunchTask final : public Task {
+ public:
+  LaunchTask(const char* fn, KernelColl k, void* stream, int device) : fn_(fn), k_(k), stream_(stream), device_(device) {}
+  bool progress() override {
+    if (launched_) return false;
+    int previous = device::setCurrentDevice(device_);
+    try {
+      device::launchKernelColl(k_, stream_);
+    } catch (...) {
+      device::setCurrentDevice(previous);
+      throw;
+    }
+    device::setCurrentDevice(previous);
+    return launched_ = true;
+  }
+  bool done() const override { return launched_; }
+  int waitingOn() const override { return -1; }
+  bool peerAborted() const override { return false; }
+  const char* fn() const override { return fn_; }
+
+ private:
+  const char* fn_;
+  KernelColl k_;
+  void* stream_;
+  int device_;
+  bool launched_ = false;
+};
+
+class DeviceOneShot final : public Algorithm {
+ public:
+  const char* name() const override { return "DeviceOneShot"; }
+  bool serves(Collective c) const override {
+    return c == Collective::kAllReduce || c == Collective::kAllGather || c == Collective::kReduceScatter ||
+           c == Collective::kBroadcast || c == Collective::kReduce;
+  }
+  bool deviceMemory() const override { return true; }
+  bool streamOrdered() const override { return true; }
+  bool optional() const override { return true; }
+  bool applies(const TuneRequest& r) const override {
+    return r.streamOrdered && r.ownGpus && r.nodes == 1 && r.nranks > 1 && r.nranks <= KernelColl::kMaxRanks &&
+           pieceBytes(r.coll, r.bytes, r.nranks) <= kSlotBytes;
+  }
+  // Every rank writes its piece to every rank, over its links, then reads n pieces locally.
+  double costUs(const TuneRequest& r, Protocol) const override {
+    return kKernelUs + transferUs(static_cast<double>(r.nranks) * pieceBytes(r.coll, r.bytes, r.nranks), r.intra);
+  }
+
+  // Each rank's region, mapped by every peer, and the operation counter.
+  bool warmUp(PlanContext& ctx) const override {
+    const RankLayout& l = ctx.layout();
+    if (l.nranks < 2 || l.nranks > KernelColl::kMaxRanks || ctx.device() < 0) return false;
+    for (int a = 0; a < l.nranks; ++a)
+      for (int b = 0; b < l.nranks; ++b)
+        if (a != b && !ctx.reachable(a, b, transport::kDeviceMemory)) return false;
+    needRegions(ctx);
+    Counter& c = ctx.state<Counter>();
+    if (!c.words) {
+      int previous = device::setCurrentDevice(ctx.device());
+      try {
+        c.words = static_cast<uint64_t*>(device::gpuAlloc(2 * sizeof(uint64_t)));
+        device::memsetSync(c.words, 0, 2 * sizeof(uint64_t));
+        ctx.deviceWords();
+      } catch (...) {
+        device::setCurrentDevice(previous);
+        throw;
+      }
+      device::setCurrentDevice(previous);
+    }
+    return true;
+  }
+
+  void plan(PlanContext& ctx, const CollectiveOp& op, Protocol) const override {
+    const RankLayout& l = ctx.layout();
+    needRegions(ctx);  // opened at init: registers nothing new
+    KernelColl k;
+    k.coll = kernelColl(op.coll);
+    k.rank = l.rank;
+    k.n = l.nranks;
+    k.root = op.root;
+    k.type = op.type;
+    k.es = static_cast<int>(device::dtypeSize(op.type));
+    k.op = op.op;
+    k.send = static_cast<const char*>(op.sendbuff);
+    k.recv = static_cast<char*>(op.recvbuff);
+    k.count = op.count;
+    k.slotBytes = kSlotBytes;
+    size_t blocks = (op.count * k.es + kBlockBytes - 1) / kBlockBytes;
+    k.blocks = static_cast<int>(std::clamp<size_t>(blocks, 1, KernelColl::kMaxBlocks));
+    k.counter = ctx.state<Counter>().words;
+    uint32_t* words = static_cast<uint32_t*>(device::mappedPointer(ctx.deviceWords()));
+    k.stop = words;
+    k.error = words + 1;
+    k.timeoutNs = static_cast<uint64_t>(config().timeoutSec * 1e9);
+    ctx.addTask({kRegion, 0}, [k, fn = op.fn, stream = ctx.deviceStream(), dev = ctx.device()](Links& ln) mutable {
+      for (int r = 0; r < k.n; ++r)
+        if (r != k.rank) {
+          k.region[r] = static_cast<char*>(ln.regionOut({r, kRegion}).data);
+          k.region[k.rank] = static_cast<char*>(ln.regionIn({r, kRegion}).data);
+        }
+      return std::make_unique<LaunchTask>(fn, k, stream, dev);
+    });
+  }
+
+ private:
+  static void needRegions(PlanContext& ctx) {
+    const RankLayout& l = ctx.layout();
+    for (int j = 0; j < l.nranks; ++j)
+      if (j != l.rank) ctx.needRegion({j, kRegion}, KernelColl::regionBytes(l.nranks, kSlotBytes), true);
+  }
+};
+
+}  // namespace
+
+const Algorithm& algorithm() {
+  static const DeviceOneShot d;
+  return d;
+}
+
+}  // namespace strata::algorithms::device_one_shot

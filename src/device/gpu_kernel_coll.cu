@@ -1,0 +1,121 @@
+// The device-driven collective kernel (kernel_coll.h) on a GPU: the protocol's
+// primitives in PTX, and its data moves as block-wide loops of 16-byte vectors.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "device/combine.h"
+#include "device/gpu_format.cuh"
+#include "device/gpu_kernels.h"
+#include "device/kernel_coll.h"
+
+namespace strata::device::cuda {
+namespace {
+
+constexpr int kCollThreads = 256;
+
+__device__ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Slots are written by peers over NVLink/PCIe: read them from L2 (ld.global.cg), never
+// from an L1 line an earlier operation left behind.
+template <typename T>
+__device__ T loadCg(const T* p) {
+  using Raw = std::conditional_t<sizeof(T) == 1, unsigned char,
+              std::conditional_t<sizeof(T) == 2, unsigned short,
+              std::conditional_t<sizeof(T) == 4, unsigned int,
+              std::conditional_t<sizeof(T) == 8, unsigned long long, uint4>>>>;
+  Raw raw = __ldcg(reinterpret_cast<const Raw*>(p));
+  T v;
+  memcpy(&v, &raw, sizeof(T));
+  return v;
+}
+
+template <typename T>
+struct GpuPrims {
+  using F = DevFormat<T>;
+  using C = typename F::C;
+  const KernelColl& k;
+  C scalar;
+
+  __device__ int thread() const { return threadIdx.x; }
+  __device__ int threads() const { return blockDim.x; }
+  __device__ uint64_t now() const {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+  }
+  __device__ void pause() const { __nanosleep(100); }
+  __device__ uint64_t loadAcquire(const uint64_t* p) const {
+    uint64_t v;
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+  }
+  __device__ void storeRelease(uint64_t* p, uint64_t v) const {
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+  }
+  __device__ void fenceSystem() const { __threadfence_system(); }
+  __device__ void fenceDevice() const { __threadfence(); }
+  __device__ int barrierOr(uint32_t v) const { return __syncthreads_or(static_cast<int>(v)); }
+  __device__ uint64_t fetchAdd(uint64_t* p, uint64_t v) const {
+    return atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v));
+  }
+
+  __device__ void copy(char* dst, const char* src, size_t count) const {
+    size_t bytes = count * sizeof(T), done = 0;
+    if (aligned16(dst) && aligned16(src)) {
+      for (size_t i = threadIdx.x; i < bytes / 16; i += blockDim.x)
+        reinterpret_cast<uint4*>(dst)[i] = loadCg(reinterpret_cast<const uint4*>(src) + i);
+      done = bytes / 16 * 16;
+    }
+    for (size_t i = done / sizeof(T) + threadIdx.x; i < count; i += blockDim.x)
+      reinterpret_cast<T*>(dst)[i] = loadCg(reinterpret_cast<const T*>(src) + i);
+  }
+  __device__ void prepare(char* dst, const char* src, size_t count) const {
+    if (!k.op.preMultiply) return copy(dst, src, count);
+    for (size_t i = threadIdx.x; i < count; i += blockDim.x)
+      reinterpret_cast<T*>(dst)[i] = F::store(F::load(reinterpret_cast<const T*>(src)[i]) * scalar);
+  }
+  // In rank order, rounding to T after every step; the inputs' pointers stay in
+  // registers (the loop over ranks unrolls to kMaxRanks, guarded by n).
+  __device__ T combineAt(const T* const (&in)[KernelColl::kMaxRanks], int n, size_t i) const {
+    T acc = loadCg(in[0] + i);
+#pragma unroll
+    for (int j = 1; j < KernelColl::kMaxRanks; ++j)
+      if (j < n) acc = F::store(combine<C>(F::load(acc), F::load(loadCg(in[j] + i)), k.op.kind));
+    if (k.op.postDivide > 1) acc = F::store(F::load(acc) / static_cast<C>(k.op.postDivide));
+    return acc;
+  }
+  __device__ void reduce(char* dst, const char* const* inputs, int n, size_t count) const {
+    const T* in[KernelColl::kMaxRanks];
+#pragma unroll
+    for (int j = 0; j < KernelColl::kMaxRanks; ++j) in[j] = reinterpret_cast<const T*>(inputs[j]);
+    T* out = reinterpret_cast<T*>(dst);
+    for (size_t i = threadIdx.x; i < count; i += blockDim.x) out[i] = combineAt(in, n, i);
+  }
+};
+
+template <typename T>
+__global__ void __launch_bounds__(kCollThreads) collKernel(KernelColl k) {
+  using C = typename DevFormat<T>::C;
+  GpuPrims<T> p{k, C{}};
+  if constexpr (std::is_integral_v<C>) {
+    p.scalar = static_cast<C>(k.op.scalarI);
+  } else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    p.scalar = static_cast<C>(k.op.scalarF);
+  } else {  // rounded to the storage type first, as the CPU does
+    p.scalar = DevFormat<T>::load(DevFormat<T>::store(static_cast<float>(k.op.scalarF)));
+  }
+  kernel::runBlock(k, p, blockIdx.x);
+}
+
+}  // namespace
+
+void kernelColl(const KernelColl& k, void* stream) {
+  withDevType(k.type, [&](auto tag) {
+    collKernel<decltype(tag)><<<k.blocks, kCollThreads, 0, static_cast<cudaStream_t>(stream)>>>(k);
+  });
+  checkCuda(cudaGetLastError(), "device-driven collective kernel launch");
+}
+
+}  // namespace strata::device::cuda

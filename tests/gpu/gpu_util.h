@@ -1,0 +1,81 @@
+// What the GPU tests share: whether a GPU (real or simulated) is there, asked
+// without initialising CUDA in a parent that forks ranks, and device buffers.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "device/gpu.h"
+#include "nccl.h"
+
+namespace strata::test {
+
+// Asks `question` in a child process: CUDA must not be initialised in a parent
+// that forks ranks.
+inline std::string askChild(const std::function<std::string()>& question) {
+  int fds[2];
+  if (pipe(fds) != 0) return "pipe failed";
+  pid_t pid = fork();
+  if (pid == 0) {
+    std::string r = question();
+    (void)!write(fds[1], r.data(), r.size());
+    _exit(0);
+  }
+  close(fds[1]);
+  char buf[256];
+  ssize_t k = read(fds[0], buf, sizeof buf);
+  close(fds[0]);
+  waitpid(pid, nullptr, 0);
+  return std::string(buf, k > 0 ? static_cast<size_t>(k) : 0);
+}
+
+// Why no GPU is usable here ("" when one is).
+inline const std::string& noGpuReason() {
+  static std::string why = askChild([] {
+    std::string r = device::gpuCount() > 0 ? "" : device::gpuUnavailableReason();
+    return r.empty() && device::gpuCount() == 0 ? std::string("no GPU") : r;
+  });
+  return why;
+}
+
+// GPUs visible (real or simulated).
+inline int gpusVisible() {
+  static int n = atoi(askChild([] { return std::to_string(device::gpuCount()); }).c_str());
+  return n;
+}
+
+inline bool simulated() { return getenv("STRATA_GPU_SIM") && atoi(getenv("STRATA_GPU_SIM")) > 0; }
+
+#define REQUIRE_GPU() \
+  if (!noGpuReason().empty()) GTEST_SKIP() << "no GPU: " << noGpuReason()
+
+// Device buffers the test owns.
+// Through ncclMemAlloc / ncclMemFree: with ranks sharing a GPU in one process, a
+// plain cudaFree between collectives would wait for another rank's stream held
+// until this thread's next call (a deadlock on a GPU; the simulated one aborts);
+// Strata's free keeps the memory while its device work is in flight.
+struct DeviceBuffer {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit DeviceBuffer(size_t b) : bytes(b) {
+    if (ncclMemAlloc(&p, b) != ncclSuccess) throw std::runtime_error(std::string("ncclMemAlloc: ") + ncclGetLastError(nullptr));
+  }
+  ~DeviceBuffer() { ncclMemFree(p); }
+  char* at(size_t offset) const { return static_cast<char*>(p) + offset; }
+};
+
+inline void upload(void* dst, const std::vector<char>& host) { device::copySync(dst, host.data(), host.size()); }
+inline std::vector<char> download(const void* src, size_t bytes) {
+  std::vector<char> host(bytes);
+  device::copySync(host.data(), src, bytes);
+  return host;
+}
+
+}  // namespace strata::test
