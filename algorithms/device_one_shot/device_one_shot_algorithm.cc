@@ -1,11 +1,15 @@
-// DeviceOneShot: small collectives on device buffers between the GPUs of a node,
-// one kernel on the caller's stream and no host in the loop (device/kernel_coll.h
-// has the protocol). Each rank's kernel writes its data into every peer's slot,
-// raises a flag in each peer's region, waits for the peers' flags in its own, then
-// finishes from its own slots. One rank per GPU: kernels of ranks sharing a GPU
+// DeviceOneShot: collectives on device buffers between the GPUs of a node, one
+// kernel on the caller's stream and no host in the loop (device/kernel_coll.h has
+// the protocol). In rounds of up to a slot per source, each rank's kernel writes
+// its data into every peer's slot, raises a flag in each peer's region, waits for
+// the peers' flags in its own, then finishes from its own slots; an all-reduce of
+// more than kTwoShotBytes on 3 or more ranks is two-shot (each rank reduces a
+// slice, then the slices are exchanged), so each GPU moves about twice the data
+// rather than n times. One rank per GPU: kernels of ranks sharing a GPU
 // would wait for each other and need not be co-resident (nor, with
 // CUDA_DEVICE_MAX_CONNECTIONS=1, even started), so those keep the proxy.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "algorithms/algorithm.h"
@@ -21,12 +25,15 @@ namespace {
 
 using device::KernelColl;
 
-// Bytes of one rank's piece a slot holds: the largest operation this runs.
+// Bytes of a slot: what one source writes to one rank per round.
 constexpr size_t kSlotBytes = 512 << 10;
-// A launch and a flag's round trip between GPUs (NVLink), per operation.
-constexpr double kKernelUs = 6.0;
-// Bytes of a piece per block (1 to KernelColl::kMaxBlocks blocks).
-constexpr size_t kBlockBytes = 32 << 10;
+// A launch, per operation; and a barrier (flags' round trip between GPUs) per step.
+constexpr double kLaunchUs = 4.0;
+constexpr double kStepUs = 2.0;
+// All-reduces larger than this (3 or more ranks) are two-shot.
+constexpr size_t kTwoShotBytes = 256 << 10;
+// Bytes of a slot per block (1 to KernelColl::kMaxBlocks blocks).
+constexpr size_t kBlockBytes = 16 << 10;
 constexpr uint64_t kRegion = linkId("device.oneshot");
 
 // The operation count, in device memory, per communicator.
@@ -46,7 +53,12 @@ size_t pieceBytes(Collective c, size_t bytes, int nranks) {
   return c == Collective::kAllGather || c == Collective::kReduceScatter ? bytes / nranks : bytes;
 }
 
-int kernelColl(Collective c) {
+bool twoShot(Collective c, size_t bytes, int nranks) {
+  return c == Collective::kAllReduce && nranks > 2 && bytes > kTwoShotBytes;
+}
+
+int kernelColl(Collective c, size_t bytes, int nranks) {
+  if (twoShot(c, bytes, nranks)) return KernelColl::kAllReduceTwoShot;
   switch (c) {
     case Collective::kAllGather: return KernelColl::kAllGather;
     case Collective::kReduceScatter: return KernelColl::kReduceScatter;
@@ -96,12 +108,16 @@ class DeviceOneShot final : public Algorithm {
   bool streamOrdered() const override { return true; }
   bool optional() const override { return true; }
   bool applies(const TuneRequest& r) const override {
-    return r.streamOrdered && r.ownGpus && r.nodes == 1 && r.nranks > 1 && r.nranks <= KernelColl::kMaxRanks &&
-           pieceBytes(r.coll, r.bytes, r.nranks) <= kSlotBytes;
+    return r.streamOrdered && r.ownGpus && r.nodes == 1 && r.nranks > 1 && r.nranks <= KernelColl::kMaxRanks;
   }
-  // Every rank writes its piece to every rank, over its links, then reads n pieces locally.
+  // One-shot: every rank writes its piece to each of the n - 1 others over its links,
+  // a step per slot's worth. Two-shot: 2 (n - 1) / n of the data, two steps per round.
   double costUs(const TuneRequest& r, Protocol) const override {
-    return kKernelUs + transferUs(static_cast<double>(r.nranks) * pieceBytes(r.coll, r.bytes, r.nranks), r.intra);
+    double n = r.nranks, piece = static_cast<double>(pieceBytes(r.coll, r.bytes, r.nranks));
+    bool two = twoShot(r.coll, r.bytes, r.nranks);
+    double round = two ? n * kSlotBytes : kSlotBytes, steps = std::max(1.0, std::ceil(piece / round)) * (two ? 2 : 1);
+    double moved = two ? 2 * (n - 1) / n * piece : (n - 1) * piece;
+    return kLaunchUs + steps * kStepUs + transferUs(moved, r.intra);
   }
 
   // Each rank's region, mapped by every peer, and the operation counter.
@@ -132,7 +148,7 @@ class DeviceOneShot final : public Algorithm {
     const RankLayout& l = ctx.layout();
     needRegions(ctx);  // opened at init: registers nothing new
     KernelColl k;
-    k.coll = kernelColl(op.coll);
+    k.coll = kernelColl(op.coll, op.bytes, l.nranks);
     k.rank = l.rank;
     k.n = l.nranks;
     k.root = op.root;
@@ -143,7 +159,13 @@ class DeviceOneShot final : public Algorithm {
     k.recv = static_cast<char*>(op.recvbuff);
     k.count = op.count;
     k.slotBytes = kSlotBytes;
-    size_t blocks = (op.count * k.es + kBlockBytes - 1) / kBlockBytes;
+    // A round: up to a slot of the piece (one-shot), or a slot per rank's slice
+    // (two-shot); whole 16-byte vectors, so that every block's range stays aligned.
+    size_t v = 16 / k.es, slotElems = kSlotBytes / k.es;
+    size_t share = k.twoShot() ? (op.count + l.nranks - 1) / l.nranks : op.count;
+    size_t span = std::min(slotElems, (share + v - 1) / v * v);
+    k.chunk = k.twoShot() ? span * l.nranks : span;
+    size_t blocks = (span * k.es + kBlockBytes - 1) / kBlockBytes;
     k.blocks = static_cast<int>(std::clamp<size_t>(blocks, 1, KernelColl::kMaxBlocks));
     k.counter = ctx.state<Counter>().words;
     uint32_t* words = static_cast<uint32_t*>(device::mappedPointer(ctx.deviceWords()));

@@ -74,9 +74,7 @@ void runHostOps(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
 
 // True when every operation of the group is a collective on device buffers, on one
 // stream, that a device-driven algorithm runs with kernels on that stream alone.
-// (The legacy stream 0 goes through the proxy: the executor's null stream means none.)
 bool streamOrdered(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
-  if (!ops.front().second.stream) return false;
   for (auto& [h, op] : ops) {
     if (op.kind != OpKind::kCollective || op.stream != ops.front().second.stream) return false;
     if (!device::isDevicePointer(op.recvbuff) || (op.sendbuff && !device::isDevicePointer(op.sendbuff))) return false;
@@ -95,7 +93,8 @@ void runOps(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
   if (device) {
     checkGroup(ops);
     if (!streamOrdered(ops)) return DeviceProxy::enqueue(ops);
-    Executor ex(ops.front().second.stream, true);
+    void* stream = ops.front().second.stream;
+    Executor ex(stream ? stream : device::kLegacyStream, true);  // the executor's null stream means none
     for (auto& [h, op] : ops) ex.add(readyComm(h, op.fn), op);
     return ex.run();
   }

@@ -49,6 +49,8 @@ void gpuPrepare(void* dst, const void* src, size_t count, ncclDataType_t type, c
 // A vectorised copy (16-byte loads and stores where alignment allows).
 void gpuCopy(void* dst, const void* src, size_t bytes, void* stream);
 
+// cudaStreamLegacy: the legacy default stream under a handle that is not null.
+inline void* const kLegacyStream = reinterpret_cast<void*>(1);
 // The device-driven collective kernel (kernel_coll.h), enqueued on `stream` on the
 // current device.
 void launchKernelColl(const KernelColl& k, void* stream);

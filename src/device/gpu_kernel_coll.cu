@@ -86,12 +86,38 @@ struct GpuPrims {
     if (k.op.postDivide > 1) acc = F::store(F::load(acc) / static_cast<C>(k.op.postDivide));
     return acc;
   }
+  // 16-byte vectors where every pointer allows (slots always do), then element by element.
   __device__ void reduce(char* dst, const char* const* inputs, int n, size_t count) const {
+    constexpr int V = 16 / sizeof(T);
     const T* in[KernelColl::kMaxRanks];
+    bool vec = aligned16(dst);
 #pragma unroll
-    for (int j = 0; j < KernelColl::kMaxRanks; ++j) in[j] = reinterpret_cast<const T*>(inputs[j]);
+    for (int j = 0; j < KernelColl::kMaxRanks; ++j) {
+      in[j] = reinterpret_cast<const T*>(inputs[j]);
+      if (j < n) vec = vec && aligned16(in[j]);
+    }
     T* out = reinterpret_cast<T*>(dst);
-    for (size_t i = threadIdx.x; i < count; i += blockDim.x) out[i] = combineAt(in, n, i);
+    size_t done = 0;
+    if (vec) {
+      for (size_t i = threadIdx.x; i < count / V; i += blockDim.x) {
+        uint4 acc = loadCg(reinterpret_cast<const uint4*>(in[0]) + i);
+        T* a = reinterpret_cast<T*>(&acc);
+#pragma unroll
+        for (int j = 1; j < KernelColl::kMaxRanks; ++j) {
+          if (j >= n) break;
+          uint4 raw = loadCg(reinterpret_cast<const uint4*>(in[j]) + i);
+          const T* x = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+          for (int l = 0; l < V; ++l) a[l] = F::store(combine<C>(F::load(a[l]), F::load(x[l]), k.op.kind));
+        }
+        if (k.op.postDivide > 1)
+#pragma unroll
+          for (int l = 0; l < V; ++l) a[l] = F::store(F::load(a[l]) / static_cast<C>(k.op.postDivide));
+        reinterpret_cast<uint4*>(dst)[i] = acc;
+      }
+      done = count / V * V;
+    }
+    for (size_t i = done + threadIdx.x; i < count; i += blockDim.x) out[i] = combineAt(in, n, i);
   }
 };
 

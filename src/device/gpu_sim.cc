@@ -381,14 +381,16 @@ class SimGpus final : public GpuBackend {
     memcpy(&magic, stream, sizeof magic);
     return magic == kStreamMagic ? reinterpret_cast<SimStream*>(static_cast<char*>(stream) + kStreamHeader) : nullptr;
   }
-  // Stream 0 is one per device, as the legacy default stream. A handle no copy of
+  // Stream 0 (and cudaStreamLegacy) is one per device for the process, as the legacy
+  // default stream. A handle no copy of
   // this backend made (a program without a CUDA runtime, such as a perf tool on
   // simulated GPUs, names its streams with pointers of its own) is a stream made
   // on first use on the current device; it lives until streamDestroy or the end of
   // the process.
   SimStream& of(void* stream) {
-    if (SimStream* st = ours(stream)) return *st;
     int device = std::max(sim::currentDevice(), 0);
+    if (!stream || stream == kLegacyStream) return sim::legacyStream(device);  // one for every copy, as in CUDA
+    if (SimStream* st = ours(stream)) return *st;
     std::lock_guard<std::mutex> lock(mu_);
     std::unique_ptr<SimStream>& st = streams_[{stream, device}];
     if (!st) st = std::make_unique<SimStream>(device);

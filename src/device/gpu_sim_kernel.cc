@@ -2,17 +2,30 @@
 // protocol code, with host atomics for the primitives and each block run as one
 // thread, blocks one after another (a block waits only for the same block of its
 // peers, which run theirs in the same order). Data moves with the CPU functions.
+#include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 #include <time.h>
 
 #include <cstring>
 
+#include "base/config.h"
 #include "device/cpu_reduce.h"
 #include "device/gpu_sim_state.h"
 #include "device/kernel_coll.h"
 
 namespace strata::device::sim {
 namespace {
+
+// STRATA_GPU_SIM_JITTER: a quarter of the data moves and fences first pause for up
+// to 200 us, so that ranks and blocks interleave in ways plain runs rarely show
+// (a GPU's blocks are scheduled and delayed independently).
+void jitter() {
+  if (!config().gpuSimJitter) return;
+  thread_local uint64_t x = 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(pthread_self());
+  x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+  if (x % 4 == 0) usleep(static_cast<useconds_t>(x / 4 % 200));
+}
 
 struct HostPrims {
   const KernelColl& k;
@@ -28,14 +41,24 @@ struct HostPrims {
   void pause() const { sched_yield(); }
   uint64_t loadAcquire(const uint64_t* p) const { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
   void storeRelease(uint64_t* p, uint64_t v) const { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
-  void fenceSystem() const { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+  void fenceSystem() const {
+    jitter();
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  }
   void fenceDevice() const { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
   int barrierOr(uint32_t v) const { return v != 0; }
   uint64_t fetchAdd(uint64_t* p, uint64_t v) const { return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL); }
 
-  void copy(char* dst, const char* src, size_t count) const { memmove(dst, src, count * k.es); }
-  void prepare(char* dst, const char* src, size_t count) const { device::prepare(dst, src, count, k.type, k.op); }
+  void copy(char* dst, const char* src, size_t count) const {
+    jitter();
+    memmove(dst, src, count * k.es);
+  }
+  void prepare(char* dst, const char* src, size_t count) const {
+    jitter();
+    device::prepare(dst, src, count, k.type, k.op);
+  }
   void reduce(char* dst, const char* const* inputs, int n, size_t count) const {
+    jitter();
     const void* in[KernelColl::kMaxRanks];
     for (int j = 0; j < n; ++j) in[j] = inputs[j];
     device::reduceInOrder(dst, in, n, count, k.type, plain);

@@ -100,6 +100,14 @@ struct HwQueues {
 HwQueues& hwQueues() {
   return perProcess<HwQueues>(arena().hwQueues, [](HwQueues*) {});
 }
+struct LegacyStreams {
+  pid_t pid = getpid();
+  std::mutex mu;
+  SimStream* of[kMaxSimGpus] = {};  // never destroyed: work may still be queued at exit
+};
+LegacyStreams& legacyStreams() {
+  return perProcess<LegacyStreams>(arena().legacy, [](LegacyStreams*) {});
+}
 struct Recordings {
   pid_t pid = getpid();
   std::mutex mu;
@@ -109,6 +117,13 @@ Recordings& recordings() {
   return perProcess<Recordings>(arena().recordings, [](Recordings*) {});
 }
 }  // namespace
+
+SimStream& legacyStream(int device) {
+  LegacyStreams& l = legacyStreams();
+  std::lock_guard<std::mutex> lock(l.mu);
+  if (!l.of[device]) l.of[device] = new SimStream(device);
+  return *l.of[device];
+}
 
 void beginRecording(void* stream) {
   Recordings& r = recordings();

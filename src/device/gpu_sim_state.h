@@ -148,6 +148,7 @@ struct ArenaHeader {
   std::atomic<uintptr_t> callbacks;     // the process's host-callback thread (runCallback), once made
   std::atomic<uintptr_t> hwQueues;      // the process's hardware queues (hwQueueFor), once made
   std::atomic<uintptr_t> recordings;    // the process's stream captures under way (graphBegin), once made
+  std::atomic<uintptr_t> legacy;        // the process's legacy default streams, once made
   std::atomic<uint64_t> callbackThread;  // its pthread_t
   DeviceWork work[kMaxSimGpus];
 };
@@ -198,6 +199,9 @@ void beginRecording(void* stream);
 bool record(void* stream, std::function<void()>& work);
 bool endRecording(void* stream, std::vector<std::function<void()>>* work);
 bool recording(void* stream);
+// Device `device`'s legacy default stream (stream 0), one per process for every copy
+// of this code; it lives until the process ends.
+SimStream& legacyStream(int device);
 // The device-driven collective kernel, every block, on the calling (stream) thread.
 void runKernelColl(const KernelColl& k);
 

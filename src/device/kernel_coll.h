@@ -1,13 +1,17 @@
-// The device-driven collectives: one kernel on the caller's stream moves a small
+// The device-driven collectives: one kernel on the caller's stream moves a
 // collective between the GPUs of a node with no host in the loop. Each rank owns a
-// region every peer maps (flags, then data slots); a rank's kernel writes its data
-// into the peers' slots, raises a flag in each peer's region (release, system
-// scope), waits for every peer's flag in its own (acquire), then finishes from its
-// own slots: reductions combine the ranks' inputs in rank order, so every rank
-// gets the same bits. The operation count lives in device memory, so CUDA graph
-// replays advance it, and slots alternate by its parity: one barrier per operation
-// makes that safe (a rank in operation s heard from every peer in s-1, so every
-// peer finished s-2, the last reader of the slots s now writes).
+// region every peer maps (flags, then data slots). The kernel works in rounds of
+// at most a slot per source; in each step of a round a rank writes data into the
+// peers' slots, raises a flag in each peer's region (release, system scope), waits
+// for every peer's flag in its own (acquire), then works from its own slots:
+// reductions combine the ranks' inputs in rank order, so every rank gets the same
+// bits. One-shot rounds take one step; a two-shot all-reduce round takes two
+// (reduce-scatter: each rank reduces its slice; all-gather: the reduced slices).
+// Steps are numbered by a count in device memory, so CUDA graph replays advance
+// it, and slots alternate by its parity: a full barrier per step makes that safe
+// (a rank in step s heard from every peer in s-1, so every peer finished s-2, the
+// last reader of the slots s now writes). Blocks work independently, each on the
+// same slot range in every round, so that holds per block.
 //
 // The protocol is written once, here, over a few primitives that the GPU (PTX:
 // ld.acquire.sys, st.release.sys, fences, __syncthreads) and the simulated GPUs
@@ -31,10 +35,10 @@ namespace strata::device {
 
 struct KernelColl {
   static constexpr int kMaxRanks = 8;
-  static constexpr int kMaxBlocks = 16;
+  static constexpr int kMaxBlocks = 32;
   // Flags: [block][source rank] words, at the start of each region; slots after.
   static constexpr size_t kFlagBytes = 4096;
-  enum Coll : int { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kReduce };
+  enum Coll : int { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kReduce, kAllReduceTwoShot };
   // What the error word holds: why << 8 | the rank waited for.
   enum Why : uint32_t { kStopped = 1, kTimedOut = 2 };
 
@@ -47,9 +51,10 @@ struct KernelColl {
   const char* send = nullptr;
   char* recv = nullptr;
   size_t count = 0;      // elements of one rank's piece (the all-gather input, the reduce-scatter output, ...)
-  size_t slotBytes = 0;  // a multiple of 16
+  size_t chunk = 0;      // elements of the piece per round (a whole number of 16-byte vectors)
+  size_t slotBytes = 0;  // a multiple of 16, at least a round's share of one source
   char* region[kMaxRanks] = {};  // each rank's region as this rank addresses it
-  uint64_t* counter = nullptr;   // device memory: [0] operations completed, [1] blocks done with the current one
+  uint64_t* counter = nullptr;   // device memory: [0] steps completed, [1] blocks done with the current kernel
   const volatile uint32_t* stop = nullptr;  // mapped host memory; nonzero: give up
   volatile uint32_t* error = nullptr;       // mapped host memory; the first failure
   uint64_t timeoutNs = 0;
@@ -62,16 +67,24 @@ struct KernelColl {
   }
   // Bytes of the region each rank needs for `n` ranks and slots of `slotBytes`.
   static constexpr size_t regionBytes(int n, size_t slotBytes) { return kFlagBytes + 2 * n * slotBytes; }
+  STRATA_KERNEL_FN bool twoShot() const { return coll == kAllReduceTwoShot; }
+  // Elements of a slot each source fills per round: the round, or (two-shot) a slice of it.
+  STRATA_KERNEL_FN size_t span() const { return twoShot() ? chunk / n : chunk; }
+  // Steps (barriers) the kernel takes: what it adds to counter[0].
+  STRATA_KERNEL_FN uint64_t steps() const { return (count + chunk - 1) / chunk * (twoShot() ? 2 : 1); }
 };
 
 namespace kernel {
 
-// This block's elements of a piece of `count`: whole 16-byte vectors per block.
-STRATA_KERNEL_FN inline void blockRange(const KernelColl& k, int block, size_t* lo, size_t* hi) {
-  size_t v = 16 / k.es, per = (k.count + k.blocks - 1) / k.blocks;
+STRATA_KERNEL_FN inline size_t minSize(size_t a, size_t b) { return a < b ? a : b; }
+
+// This block's part of a slot, [lo, hi) in elements, the same in every round:
+// whole 16-byte vectors of the span, clipped to `limit` (a short last round).
+STRATA_KERNEL_FN inline void blockRange(const KernelColl& k, int block, size_t limit, size_t* lo, size_t* hi) {
+  size_t v = 16 / k.es, per = (k.span() + k.blocks - 1) / k.blocks;
   per = (per + v - 1) / v * v;
-  *lo = block * per < k.count ? block * per : k.count;
-  *hi = *lo + per < k.count ? *lo + per : k.count;
+  *lo = minSize(block * per, limit);
+  *hi = minSize(*lo + per, limit);
 }
 
 STRATA_KERNEL_FN inline uint32_t giveUp(const KernelColl& k, uint32_t why, int peer) {
@@ -79,10 +92,16 @@ STRATA_KERNEL_FN inline uint32_t giveUp(const KernelColl& k, uint32_t why, int p
   return 1;
 }
 
-// Every peer's flag for this block reaches `seq`; false (everywhere in the block)
-// when the stop word rose or the timeout passed first.
+// This thread's stores are out; the block's flag for `seq` goes to every rank, and
+// every rank's for this block is awaited. False (in the whole block) when the stop
+// word rose or the timeout passed first.
 template <class P>
-STRATA_KERNEL_FN inline bool waitForPeers(const KernelColl& k, P& p, const uint64_t* flags, uint64_t seq) {
+STRATA_KERNEL_FN inline bool barrier(const KernelColl& k, P& p, int block, uint64_t seq) {
+  p.fenceSystem();
+  p.barrierOr(0);
+  if (p.thread() == 0)
+    for (int q = 0; q < k.n; ++q) p.storeRelease(&k.flags(q, block)[k.rank], seq);
+  const uint64_t* flags = k.flags(k.rank, block);
   uint32_t failed = 0;
   for (int src = p.thread(); src < k.n && !failed; src += p.threads()) {
     uint64_t start = p.now();
@@ -95,61 +114,94 @@ STRATA_KERNEL_FN inline bool waitForPeers(const KernelColl& k, P& p, const uint6
   return !p.barrierOr(failed);
 }
 
-// Phase 1: this rank's data for [lo, hi) into the slots that need it.
+// A one-shot round over the piece's elements [off, off + cnt): this rank's data into
+// the slots that need it, the barrier, the result from this rank's own slots.
 template <class P>
-STRATA_KERNEL_FN inline void push(const KernelColl& k, P& p, uint64_t seq, size_t lo, size_t hi) {
-  size_t at = lo * k.es, c = hi - lo;
+STRATA_KERNEL_FN inline bool oneShot(const KernelColl& k, P& p, int block, size_t off, size_t cnt, uint64_t seq) {
+  size_t lo = 0, hi = 0;
+  blockRange(k, block, cnt, &lo, &hi);
+  size_t at = lo * k.es, data = (off + lo) * k.es, c = hi - lo, piece = k.count * k.es;
   for (int q = 0; q < k.n; ++q) {
     char* to = k.slot(q, seq, k.rank) + at;
     switch (k.coll) {
-      case KernelColl::kAllReduce: p.prepare(to, k.send + at, c); break;
-      case KernelColl::kReduceScatter: p.prepare(to, k.send + q * k.count * k.es + at, c); break;
-      case KernelColl::kAllGather: p.copy(to, k.send + at, c); break;
+      case KernelColl::kAllReduce: p.prepare(to, k.send + data, c); break;
+      case KernelColl::kReduceScatter: p.prepare(to, k.send + q * piece + data, c); break;
+      case KernelColl::kAllGather: p.copy(to, k.send + data, c); break;
       case KernelColl::kBroadcast:
-        if (k.rank == k.root) p.copy(to, k.send + at, c);
+        if (k.rank == k.root) p.copy(to, k.send + data, c);
         break;
       default:
-        if (q == k.root) p.prepare(to, k.send + at, c);
+        if (q == k.root) p.prepare(to, k.send + data, c);
         break;
     }
   }
-}
-
-// Phase 3: the result for [lo, hi) from this rank's own slots.
-template <class P>
-STRATA_KERNEL_FN inline void finish(const KernelColl& k, P& p, uint64_t seq, size_t lo, size_t hi) {
-  size_t at = lo * k.es, c = hi - lo;
+  if (!barrier(k, p, block, seq)) return false;
   const char* in[KernelColl::kMaxRanks] = {};
   for (int s = 0; s < k.n; ++s) in[s] = k.slot(k.rank, seq, s) + at;
   switch (k.coll) {
     case KernelColl::kAllGather:
-      for (int s = 0; s < k.n; ++s) p.copy(k.recv + s * k.count * k.es + at, in[s], c);
+      for (int s = 0; s < k.n; ++s) p.copy(k.recv + s * piece + data, in[s], c);
       break;
-    case KernelColl::kBroadcast: p.copy(k.recv + at, in[k.root], c); break;
+    case KernelColl::kBroadcast: p.copy(k.recv + data, in[k.root], c); break;
     case KernelColl::kReduce:
-      if (k.rank == k.root) p.reduce(k.recv + at, in, k.n, c);
+      if (k.rank == k.root) p.reduce(k.recv + data, in, k.n, c);
       break;
-    default: p.reduce(k.recv + at, in, k.n, c); break;
+    default: p.reduce(k.recv + data, in, k.n, c); break;
   }
+  return true;
 }
 
-// One block of the kernel.
+// A two-shot all-reduce round over [off, off + cnt), cut into a slice per rank.
+// Step 1: slice q of this rank's input into rank q's slot; this rank reduces its
+// own slice. Step 2: the reduced slice into every rank's slot; the others' slices
+// copied out.
+template <class P>
+STRATA_KERNEL_FN inline bool twoShot(const KernelColl& k, P& p, int block, size_t off, size_t cnt, uint64_t seq) {
+  size_t v = 16 / k.es, slice = ((cnt + k.n - 1) / k.n + v - 1) / v * v;
+  size_t lo = 0, hi = 0;
+  blockRange(k, block, slice, &lo, &hi);
+  auto part = [&](int q, size_t* b, size_t* e) {  // slice q's elements of this block, in the round
+    *b = minSize(q * slice + lo, cnt);
+    *e = minSize(q * slice + hi, cnt);
+  };
+  size_t b = 0, e = 0;
+  for (int q = 0; q < k.n; ++q) {
+    part(q, &b, &e);
+    p.prepare(k.slot(q, seq, k.rank) + lo * k.es, k.send + (off + b) * k.es, e - b);
+  }
+  if (!barrier(k, p, block, seq)) return false;
+  const char* in[KernelColl::kMaxRanks] = {};
+  for (int s = 0; s < k.n; ++s) in[s] = k.slot(k.rank, seq, s) + lo * k.es;
+  part(k.rank, &b, &e);
+  char* mine = k.recv + (off + b) * k.es;
+  p.reduce(mine, in, k.n, e - b);
+  p.barrierOr(0);  // the block's reduced slice, whole, before it is read back
+  for (int q = 0; q < k.n; ++q)
+    if (q != k.rank) p.copy(k.slot(q, seq + 1, k.rank) + lo * k.es, mine, e - b);
+  if (!barrier(k, p, block, seq + 1)) return false;
+  for (int q = 0; q < k.n; ++q) {
+    if (q == k.rank) continue;
+    part(q, &b, &e);
+    p.copy(k.recv + (off + b) * k.es, k.slot(k.rank, seq + 1, q) + lo * k.es, e - b);
+  }
+  return true;
+}
+
+// One block of the kernel: every round, then the step count for the next kernel.
 template <class P>
 STRATA_KERNEL_FN inline void runBlock(const KernelColl& k, P& p, int block) {
-  uint64_t seq = *static_cast<volatile uint64_t*>(k.counter) + 1;
-  size_t lo = 0, hi = 0;
-  blockRange(k, block, &lo, &hi);
-  push(k, p, seq, lo, hi);
-  p.fenceSystem();  // this thread's stores, before the flags
+  uint64_t base = *static_cast<volatile uint64_t*>(k.counter), seq = base;
+  bool ok = true;
+  for (size_t off = 0; ok && off < k.count; off += k.chunk) {
+    size_t cnt = minSize(k.chunk, k.count - off);
+    ok = k.twoShot() ? twoShot(k, p, block, off, cnt, seq + 1) : oneShot(k, p, block, off, cnt, seq + 1);
+    seq += k.twoShot() ? 2 : 1;
+  }
   p.barrierOr(0);
-  if (p.thread() == 0)
-    for (int q = 0; q < k.n; ++q) p.storeRelease(&k.flags(q, block)[k.rank], seq);
-  if (waitForPeers(k, p, k.flags(k.rank, block), seq)) finish(k, p, seq, lo, hi);
-  p.barrierOr(0);
-  if (p.thread() == 0) {  // the last block done records the operation for the next kernel
+  if (p.thread() == 0) {  // the last block done records the steps for the next kernel
     p.fenceDevice();
     if (p.fetchAdd(&k.counter[1], 1) == static_cast<uint64_t>(k.blocks - 1)) {
-      k.counter[0] = seq;
+      k.counter[0] = base + k.steps();
       k.counter[1] = 0;
     }
   }

@@ -116,6 +116,30 @@ INSTANTIATE_TEST_SUITE_P(Ranks, DeviceOneShot,
                            return std::string(modeName(std::get<0>(info.param))) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
                          });
 
+// On the legacy stream (0) too, ordered with the copies there, in one round and in several.
+TEST(DeviceOneShotStreams, TheLegacyStreamToo) {
+  REQUIRE_GPUS(2);
+  auto results = runRanks(Mode::kThreads, 2, [](int rank, int n, const ncclUniqueId& id) -> std::string {
+    device::setCurrentDevice(rank);
+    ncclComm_t comm = nullptr;
+    if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) return "init failed";
+    std::string err;
+    for (size_t count : {kCount, size_t{3} << 20}) {
+      DeviceBuffer buf(count * sizeof(float));
+      std::vector<float> mine(count, static_cast<float>(rank + 1)), got(count);
+      device::copyAsync(buf.p, mine.data(), count * sizeof(float), nullptr);
+      if (ncclAllReduce(buf.p, buf.p, count, ncclFloat32, ncclSum, comm, nullptr) != ncclSuccess) err = "not enqueued";
+      device::copyAsync(got.data(), buf.p, count * sizeof(float), nullptr);
+      device::streamSynchronize(nullptr);
+      if (err.empty() && (got[0] != 3.0f || got[count - 1] != 3.0f))
+        err = std::to_string(count) + " floats on stream 0: got " + std::to_string(got[0]) + ", expected 3";
+    }
+    ncclCommDestroy(comm);
+    return err;
+  });
+  EXPECT_EQ(failures(results), "");
+}
+
 // Rank 1 never joins the all-reduce. Rank 0's kernel waits for it until rank 0's
 // communicator is aborted (STRATA_TIMEOUT is 60 s), then its stream drains at once.
 TEST(DeviceOneShotFaults, AnAbortReleasesAKernelWaitingForAPeer) {

@@ -126,8 +126,8 @@ std::string compare(ncclDataType_t type, const void* dev, size_t count, const st
 }
 
 // The reductions (all-reduce, reduce-scatter, reduce) for one type and op.
-std::string checkReductions(const Rank& r, ncclDataType_t type, TestOp op, bool inPlace) {
-  const size_t count = 1031, es = device::dtypeSize(type), n = static_cast<size_t>(r.n);
+std::string checkReductions(const Rank& r, ncclDataType_t type, TestOp op, bool inPlace, size_t count = 1031) {
+  const size_t es = device::dtypeSize(type), n = static_cast<size_t>(r.n);
   std::vector<char> scalar = verify::makeBuffer(type, 1, [](size_t) { return verify::kPreMulScalar; });
   ncclRedOp_t redop = ncclOpFor(op);
   DeviceBuffer deviceScalar(es);  // ncclScalarDevice: read when the operation runs
@@ -169,8 +169,8 @@ std::string checkReductions(const Rank& r, ncclDataType_t type, TestOp op, bool 
 
 // The data movements (all-gather, broadcast, all-to-all, gather, scatter,
 // send/recv) for one type.
-std::string checkMovement(const Rank& r, ncclDataType_t type, bool inPlace) {
-  const size_t count = 777, es = device::dtypeSize(type), n = static_cast<size_t>(r.n);
+std::string checkMovement(const Rank& r, ncclDataType_t type, bool inPlace, size_t count = 777) {
+  const size_t es = device::dtypeSize(type), n = static_cast<size_t>(r.n);
   auto cs = static_cast<cudaStream_t>(r.stream);
   std::string tag = std::string(device::dtypeName(type)) + (inPlace ? " in place" : "");
   DeviceBuffer buf(count * n * es), out(count * n * es);
@@ -269,6 +269,26 @@ std::string checksOn(int gpu, int rank, int nranks, const ncclUniqueId& id) {
   return err.empty() ? "" : "rank " + std::to_string(rank) + ": " + err;
 }
 
+// Sizes that cross the device-driven kernel's rounds (512 KiB slots: a one-shot
+// round per slot of the piece, a two-shot round per slot of each rank's slice),
+// not multiples of a vector, for a float, a 2-byte and an integer type.
+std::string roundsRank(int rank, int nranks, const ncclUniqueId& id) {
+  device::setCurrentDevice(rank % device::gpuCount());
+  Rank r{nullptr, device::streamCreate(), rank, nranks};
+  RANK_NCCL(ncclCommInitRank(&r.comm, nranks, id, rank));
+  std::string err;
+  for (ncclDataType_t type : {ncclFloat32, ncclBfloat16, ncclInt32})
+    for (size_t count : {(size_t{640} << 10) / device::dtypeSize(type) + 3, (size_t{1} << 20) + 7})
+      for (bool inPlace : {false, true}) {
+        for (TestOp op : {TestOp::kSum, TestOp::kAvg, TestOp::kPreMulDevice})
+          if (err.empty()) err = checkReductions(r, type, op, inPlace, count);
+        if (err.empty()) err = checkMovement(r, type, inPlace, count);
+      }
+  ncclCommDestroy(r.comm);
+  device::streamDestroy(r.stream);
+  return err.empty() ? "" : "rank " + std::to_string(rank) + ": " + err;
+}
+
 // Every rank on the one GPU: Strata allows it, NCCL does not.
 std::string deviceRank(int rank, int nranks, const ncclUniqueId& id) { return checksOn(0, rank, nranks, id); }
 // Each rank on a GPU of its own where there are enough (rank % GPUs), as jobs run.
@@ -297,13 +317,20 @@ class ManyGpus : public ::testing::TestWithParam<std::tuple<Mode, int>> {};
 
 TEST_P(ManyGpus, ExactResultsWithEachRankOnItsOwnGpu) {
   REQUIRE_GPU();
-  if (device::gpuCount() < 2) GTEST_SKIP() << "needs 2 GPUs; " << device::gpuCount() << " visible";
   auto [mode, n] = GetParam();
+  if (gpusVisible() < n) GTEST_SKIP() << "needs " << n << " GPUs; " << gpusVisible() << " visible";
   EXPECT_EQ(failures(runRanks(mode, n, ownGpuRank, 600)), "");
 }
 
+TEST_P(ManyGpus, ExactAcrossTheKernelsRounds) {
+  REQUIRE_GPU();
+  auto [mode, n] = GetParam();
+  if (gpusVisible() < n) GTEST_SKIP() << "needs " << n << " GPUs; " << gpusVisible() << " visible";
+  EXPECT_EQ(failures(runRanks(mode, n, roundsRank, 600)), "");
+}
+
 INSTANTIATE_TEST_SUITE_P(Spread, ManyGpus,
-                         ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses), ::testing::Values(2, 4)),
+                         ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses), ::testing::Values(2, 4, 8)),
                          [](const auto& info) {
                            return std::string(modeName(std::get<0>(info.param))) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
                          });
