@@ -24,8 +24,10 @@ LinkShape ConnectionPool::shapeOf(LinkShape s) const {
 namespace {
 
 // A region the owner could not make still gets a handle, so its peer fails at
-// once (with the owner's reason) instead of waiting for it until the timeout.
-constexpr char kRegionFailed = '\x01';
+// once (with the owner's reason) instead of waiting for it until the timeout. The
+// first byte says which: handles are binary (a process hash first), so without it
+// one in 256 good handles read as a failure with garbage for a reason.
+constexpr char kRegionFailed = 'F', kRegionMade = 'R';
 
 uint32_t regionCapability(const RegionSpec& spec) {
   return spec.device ? transport::kDeviceMemory : transport::kSharedRegions;
@@ -61,7 +63,7 @@ void ConnectionPool::listen(const LinkNeeds& recvs, const RegionNeeds& regions) 
       bootstrap_->send(k.peer, MsgKind::kRegion, k.id, kRegionFailed + std::string(e.what()));
       throw;
     }
-    bootstrap_->send(k.peer, MsgKind::kRegion, k.id, handle);
+    bootstrap_->send(k.peer, MsgKind::kRegion, k.id, kRegionMade + handle);
     std::lock_guard<std::mutex> lock(mu_);
     regionsIn_[k] = std::move(r);
   }
@@ -97,6 +99,9 @@ void ConnectionPool::connect(const LinkNeeds& sends, const RegionNeeds& regions)
     std::string handle = bootstrap_->recv(k.peer, MsgKind::kRegion, k.id, stopped_);
     STRATA_REQUIRE(handle.empty() || handle[0] != kRegionFailed, ncclRemoteError, "rank %d: rank %d could not share "
                    "its memory: %s", rank_, k.peer, handle.c_str() + 1);
+    STRATA_REQUIRE(!handle.empty() && handle[0] == kRegionMade, ncclInternalError,
+                   "rank %d: malformed region handle from rank %d", rank_, k.peer);
+    handle.erase(0, 1);
     transport::SharedRegion r =
         transport::selectTransport(self, peer, regionCapability(spec)).regions()->attachRegion(req, handle);
     STRATA_REQUIRE(r.bytes >= spec.bytes, ncclInternalError, "rank %d: rank %d's region is %zu bytes, not %zu", rank_,
