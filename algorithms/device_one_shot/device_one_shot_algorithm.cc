@@ -36,15 +36,21 @@ constexpr size_t kTwoShotBytes = 256 << 10;
 constexpr size_t kBlockBytes = 16 << 10;
 constexpr uint64_t kRegion = linkId("device.oneshot");
 
-// The operation count, in device memory, per communicator.
-struct Counter {
+// Per communicator: the step count in device memory, and the stream of the last
+// kernel with an event after it. A communicator's kernels share the count, flags
+// and slots, so they must run one at a time: a kernel on another stream than the
+// last one waits for that event (as NCCL orders a communicator's work across
+// streams).
+struct KernelState {
   uint64_t* words = nullptr;  // KernelColl::counter
-  ~Counter() {
-    if (!words) return;
+  void* event = nullptr;
+  void* lastStream = nullptr;
+  ~KernelState() {
     try {
-      device::gpuFree(words);
+      if (words) device::gpuFree(words);
+      if (event) device::eventDestroy(event);
     } catch (const Error& e) {
-      STRATA_WARN(-1, "DeviceOneShot: freeing the operation counter: %s", e.what());
+      STRATA_WARN(-1, "DeviceOneShot: freeing the step counter: %s", e.what());
     }
   }
 };
@@ -69,14 +75,18 @@ int kernelColl(Collective c, size_t bytes, int nranks) {
 }
 
 // Enqueues the kernel at its first progress (on the caller's thread and stream).
+// Across streams it is ordered after the communicator's previous kernel; inside a
+// graph capture it is not (the capture cannot wait for work outside it): a graph
+// must capture a communicator's operations on one stream.
 class LaunchTask final : public Task {
  public:
-  LaunchTask(const char* fn, KernelColl k, void* stream, int device) : fn_(fn), k_(k), stream_(stream), device_(device) {}
+  LaunchTask(const char* fn, KernelColl k, void* stream, int device, KernelState* state)
+      : fn_(fn), k_(k), stream_(stream), device_(device), state_(state) {}
   bool progress() override {
     if (launched_) return false;
     int previous = device::setCurrentDevice(device_);
     try {
-      device::launchKernelColl(k_, stream_);
+      launch();
     } catch (...) {
       device::setCurrentDevice(previous);
       throw;
@@ -90,10 +100,21 @@ class LaunchTask final : public Task {
   const char* fn() const override { return fn_; }
 
  private:
+  void launch() {
+    bool captured = stream_ != device::kLegacyStream && device::streamCapturing(stream_);
+    if (!captured && state_->lastStream && state_->lastStream != stream_)
+      device::streamWaitEvent(stream_, state_->event);
+    device::launchKernelColl(k_, stream_);
+    if (captured) return;
+    device::eventRecord(state_->event, stream_);
+    state_->lastStream = stream_;
+  }
+
   const char* fn_;
   KernelColl k_;
   void* stream_;
   int device_;
+  KernelState* state_;
   bool launched_ = false;
 };
 
@@ -128,10 +149,11 @@ class DeviceOneShot final : public Algorithm {
       for (int b = 0; b < l.nranks; ++b)
         if (a != b && !ctx.reachable(a, b, transport::kDeviceMemory)) return false;
     needRegions(ctx);
-    Counter& c = ctx.state<Counter>();
+    KernelState& c = ctx.state<KernelState>();
     if (!c.words) {
       int previous = device::setCurrentDevice(ctx.device());
       try {
+        c.event = device::eventCreate();
         c.words = static_cast<uint64_t*>(device::gpuAlloc(2 * sizeof(uint64_t)));
         device::memsetSync(c.words, 0, 2 * sizeof(uint64_t));
         ctx.deviceWords();
@@ -159,26 +181,20 @@ class DeviceOneShot final : public Algorithm {
     k.recv = static_cast<char*>(op.recvbuff);
     k.count = op.count;
     k.slotBytes = kSlotBytes;
-    // A round: up to a slot of the piece (one-shot), or a slot per rank's slice
-    // (two-shot); whole 16-byte vectors, so that every block's range stays aligned.
-    size_t v = 16 / k.es, slotElems = kSlotBytes / k.es;
-    size_t share = k.twoShot() ? (op.count + l.nranks - 1) / l.nranks : op.count;
-    size_t span = std::min(slotElems, (share + v - 1) / v * v);
-    k.chunk = k.twoShot() ? span * l.nranks : span;
-    size_t blocks = (span * k.es + kBlockBytes - 1) / kBlockBytes;
-    k.blocks = static_cast<int>(std::clamp<size_t>(blocks, 1, KernelColl::kMaxBlocks));
-    k.counter = ctx.state<Counter>().words;
+    k.shapeRounds(kBlockBytes);
+    KernelState* state = &ctx.state<KernelState>();
+    k.counter = state->words;
     uint32_t* words = static_cast<uint32_t*>(device::mappedPointer(ctx.deviceWords()));
     k.stop = words;
     k.error = words + 1;
-    k.timeoutNs = static_cast<uint64_t>(config().timeoutSec * 1e9);
-    ctx.addTask({kRegion, 0}, [k, fn = op.fn, stream = ctx.deviceStream(), dev = ctx.device()](Links& ln) mutable {
+    k.timeoutNs = config().timeoutSec < 1.8e10 ? static_cast<uint64_t>(config().timeoutSec * 1e9) : UINT64_MAX;
+    ctx.addTask({kRegion, 0}, [k, fn = op.fn, stream = ctx.deviceStream(), dev = ctx.device(), state](Links& ln) mutable {
       for (int r = 0; r < k.n; ++r)
         if (r != k.rank) {
           k.region[r] = static_cast<char*>(ln.regionOut({r, kRegion}).data);
           k.region[k.rank] = static_cast<char*>(ln.regionIn({r, kRegion}).data);
         }
-      return std::make_unique<LaunchTask>(fn, k, stream, dev);
+      return std::make_unique<LaunchTask>(fn, k, stream, dev, state);
     });
   }
 

@@ -51,7 +51,7 @@ void Executor::add(Communicator& comm, const OpDesc& op) {
   c.count = op.count;
   c.type = op.type;
   c.root = op.root;
-  if (reduces(op)) c.op = comm.redops().opFor(op);
+  if (reduces(op)) c.op = comm.redops().opFor(op, streamOrdered_);  // a kernel reads a device scalar itself
   c.bytes = opBytes(op, comm.nranks());
   // Device-memory algorithms for collectives; a send or receive on device memory is
   // point-to-point work as on host memory, its data moved by GPUDirect RDMA puts.

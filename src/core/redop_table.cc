@@ -12,19 +12,12 @@ namespace {
 // Reads a scalar of `type` into the op's integer or floating slot; one in device
 // memory (ncclScalarDevice) is copied out first, at the time the operation runs.
 void readScalar(const void* p, ncclDataType_t type, device::ReduceOp* op) {
-  device::withType(type, [&](auto tag) {
-    using T = decltype(tag);
-    T v;
-    if (device::isDevicePointer(p))
-      device::copySync(&v, p, sizeof(T));
-    else
-      memcpy(&v, p, sizeof(T));
-    auto c = device::Format<T>::load(v);
-    if constexpr (std::is_integral_v<decltype(c)>)
-      op->scalarI = static_cast<int64_t>(c);
-    else
-      op->scalarF = static_cast<double>(c);
-  });
+  char v[8];
+  if (device::isDevicePointer(p))
+    device::copySync(v, p, device::dtypeSize(type));
+  else
+    memcpy(v, p, device::dtypeSize(type));
+  device::loadScalar(v, type, op);
 }
 
 }  // namespace
@@ -98,10 +91,11 @@ device::ReduceOp RedOpTable::resolve(ncclRedOp_t op, ncclDataType_t type, const 
 
 OpDesc::Pinned RedOpTable::pin(const OpDesc& op) const { return pin(op.op, op.type, op.fn); }
 
-device::ReduceOp RedOpTable::opFor(const OpDesc& op) const {
-  if (!op.pinned.set) return resolve(op.op, op.type, op.fn);
-  device::ReduceOp r = op.pinned.op;
-  if (op.pinned.deviceScalar) readScalar(op.pinned.deviceScalar, op.type, &r);
+device::ReduceOp RedOpTable::opFor(const OpDesc& op, bool deferDevice) const {
+  OpDesc::Pinned p = op.pinned.set ? op.pinned : pin(op);
+  device::ReduceOp r = p.op;
+  if (p.deviceScalar && deferDevice) r.scalarAt = p.deviceScalar;
+  else if (p.deviceScalar) readScalar(p.deviceScalar, op.type, &r);
   return r;
 }
 

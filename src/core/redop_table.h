@@ -24,7 +24,9 @@ class RedOpTable {
   OpDesc::Pinned pin(const OpDesc& op) const;
   // The reduction an operation runs with: its pinned one (reading a device scalar
   // now), else resolved now.
-  device::ReduceOp opFor(const OpDesc& op) const;
+  // `deferDevice`: an ncclScalarDevice scalar is not read here but left to the
+  // kernel (ReduceOp::scalarAt).
+  device::ReduceOp opFor(const OpDesc& op, bool deferDevice = false) const;
 
  private:
   OpDesc::Pinned pin(ncclRedOp_t op, ncclDataType_t type, const char* fn) const;

@@ -101,6 +101,19 @@ void copyStreaming(void* dst, const void* src, size_t bytes) {
   _mm_sfence();  // streaming stores are weakly ordered: complete them before anyone looks
 }
 
+void loadScalar(const void* p, ncclDataType_t type, ReduceOp* op) {
+  withType(type, [&](auto tag) {
+    using T = decltype(tag);
+    T v;
+    memcpy(&v, p, sizeof(T));
+    auto c = Format<T>::load(v);
+    if constexpr (std::is_integral_v<decltype(c)>)
+      op->scalarI = static_cast<int64_t>(c);
+    else
+      op->scalarF = static_cast<double>(c);
+  });
+}
+
 void finalize(void* dst, size_t count, ncclDataType_t type, const ReduceOp& op) {
   if (op.postDivide <= 1) return;
   withType(type, [&](auto tag) {

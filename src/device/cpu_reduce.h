@@ -19,7 +19,13 @@ struct ReduceOp {
   double scalarF = 1.0;  // scalar for floating types
   int64_t scalarI = 1;   // scalar for integer types
   int postDivide = 0;    // 0: none; n: divide the result by n
+  // ncclScalarDevice on the device-driven path: the scalar's address, read by the
+  // kernel when it runs (so in stream order, and anew at every graph replay).
+  const void* scalarAt = nullptr;
 };
+
+// The op's scalar slots from a value of `type` at `p` (host-readable memory).
+void loadScalar(const void* p, ncclDataType_t type, ReduceOp* op);
 
 // dst[i] = prepare(src[i]): a copy, or src * scalar for a pre-multiplied sum.
 void prepare(void* dst, const void* src, size_t count, ncclDataType_t type, const ReduceOp& op);

@@ -53,6 +53,10 @@ class NoGpus final : public GpuBackend {
   int exchangeCaptureMode(int mode) override { return mode; }
   void kernelColl(const KernelColl&, void*) override { refuse("device kernels"); }
   void* mappedPointer(void*) override { refuse("pinned memory"); }
+  void* eventCreate() override { refuse("events"); }
+  void eventDestroy(void*) override { refuse("events"); }
+  void eventRecord(void*, void*) override { refuse("events"); }
+  void streamWaitEvent(void*, void*) override { refuse("events"); }
   void graphBegin(void*) override { refuse("CUDA graphs"); }
   void* graphEnd(void*, std::string*) override { refuse("CUDA graphs"); }
   void graphLaunch(void*, void*) override { refuse("CUDA graphs"); }
@@ -186,6 +190,10 @@ void gpuCopy(void* dst, const void* src, size_t bytes, void* stream) {
 }
 void launchKernelColl(const KernelColl& k, void* stream) { backend().kernelColl(k, stream); }
 void* mappedPointer(void* pinned) { return backend().mappedPointer(pinned); }
+void* eventCreate() { return backend().eventCreate(); }
+void eventDestroy(void* event) { backend().eventDestroy(event); }
+void eventRecord(void* event, void* stream) { backend().eventRecord(event, stream); }
+void streamWaitEvent(void* stream, void* event) { backend().streamWaitEvent(stream, event); }
 void graphBegin(void* stream) { backend().graphBegin(stream); }
 void* graphEnd(void* stream, std::string* why) { return backend().graphEnd(stream, why); }
 void graphLaunch(void* graph, void* stream) { backend().graphLaunch(graph, stream); }

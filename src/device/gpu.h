@@ -56,6 +56,12 @@ inline void* const kLegacyStream = reinterpret_cast<void*>(1);
 void launchKernelColl(const KernelColl& k, void* stream);
 // The address a kernel uses for memory from pinnedAlloc.
 void* mappedPointer(void* pinned);
+// Events (cudaEventRecord / cudaStreamWaitEvent, no timing): eventRecord marks the
+// stream's work so far; streamWaitEvent holds the stream until the last mark's work is done.
+void* eventCreate();
+void eventDestroy(void* event);
+void eventRecord(void* event, void* stream);
+void streamWaitEvent(void* stream, void* event);
 // CUDA graphs, for tools and tests: graphBegin captures `stream` in global mode;
 // graphEnd ends the capture and returns the instantiated graph, or null with *why
 // when the capture failed (an unsafe call during it, ...); graphLaunch replays it.

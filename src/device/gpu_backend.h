@@ -65,6 +65,10 @@ class GpuBackend {
   virtual void* mappedPointer(void* pinned) = 0;
   // CUDA graphs: capture `stream` (global mode) from graphBegin to graphEnd, which
   // returns the instantiated graph (null with *why when the capture failed).
+  virtual void* eventCreate() = 0;
+  virtual void eventDestroy(void* event) = 0;
+  virtual void eventRecord(void* event, void* stream) = 0;
+  virtual void streamWaitEvent(void* stream, void* event) = 0;
   virtual void graphBegin(void* stream) = 0;
   virtual void* graphEnd(void* stream, std::string* why) = 0;
   virtual void graphLaunch(void* graph, void* stream) = 0;

@@ -82,6 +82,18 @@ class CudaGpus final : public GpuBackend {
     checkCuda(cudaHostGetDevicePointer(&p, pinned, 0), "cudaHostGetDevicePointer");
     return p;
   }
+  void* eventCreate() override {
+    cudaEvent_t e = nullptr;
+    checkCuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    return e;
+  }
+  void eventDestroy(void* event) override { checkCuda(cudaEventDestroy(static_cast<cudaEvent_t>(event)), "cudaEventDestroy"); }
+  void eventRecord(void* event, void* stream) override {
+    checkCuda(cudaEventRecord(static_cast<cudaEvent_t>(event), asStream(stream)), "cudaEventRecord");
+  }
+  void streamWaitEvent(void* stream, void* event) override {
+    checkCuda(cudaStreamWaitEvent(asStream(stream), static_cast<cudaEvent_t>(event), 0), "cudaStreamWaitEvent");
+  }
   void graphBegin(void* stream) override {
     checkCuda(cudaStreamBeginCapture(asStream(stream), cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
   }

@@ -125,7 +125,9 @@ template <typename T>
 __global__ void __launch_bounds__(kCollThreads) collKernel(KernelColl k) {
   using C = typename DevFormat<T>::C;
   GpuPrims<T> p{k, C{}};
-  if constexpr (std::is_integral_v<C>) {
+  if (k.op.scalarAt) {  // ncclScalarDevice: read as the kernel runs
+    p.scalar = DevFormat<T>::load(*static_cast<const T*>(k.op.scalarAt));
+  } else if constexpr (std::is_integral_v<C>) {
     p.scalar = static_cast<C>(k.op.scalarI);
   } else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     p.scalar = static_cast<C>(k.op.scalarF);

@@ -191,11 +191,41 @@ class SimGpus final : public GpuBackend {
   }
   void graphDestroy(void* graph) override { delete static_cast<Graph*>(graph); }
   void* mappedPointer(void* pinned) override { return pinned; }
+  // An event: marks recorded (at enqueue) and reached (by the stream); a wait holds
+  // its stream until the mark recorded last when it was enqueued is reached.
+  struct Event {
+    std::atomic<uint64_t> recorded{0}, reached{0};
+  };
+  void* eventCreate() override {
+    use("cudaEventCreate");
+    return new Event;
+  }
+  void eventDestroy(void* event) override { delete static_cast<Event*>(event); }
+  void eventRecord(void* event, void* stream) override {
+    use("cudaEventRecord");
+    auto* e = static_cast<Event*>(event);
+    uint64_t mark = e->recorded.fetch_add(1) + 1;
+    on(stream, [e, mark] {
+      uint64_t seen = e->reached.load();
+      while (seen < mark && !e->reached.compare_exchange_weak(seen, mark)) {
+      }
+    });
+  }
+  void streamWaitEvent(void* stream, void* event) override {
+    use("cudaStreamWaitEvent");
+    auto* e = static_cast<Event*>(event);
+    uint64_t mark = e->recorded.load();
+    if (mark == 0) return;
+    on(stream, [e, mark] {
+      while (e->reached.load() < mark) sched_yield();
+    });
+  }
   void kernelColl(const KernelColl& k, void* stream) override {
     const char* name = "the device-driven collective kernel";
     int dev = launch(name, stream);
     for (int r = 0; r < k.n; ++r) reaches(dev, name, k.region[r]);
     reaches(dev, name, k.counter);
+    if (k.op.scalarAt) reaches(dev, name, k.op.scalarAt);
     if (k.count) {  // the buffers the collective uses on this rank
       if (k.coll != KernelColl::kBroadcast || k.rank == k.root) reaches(dev, name, k.send);
       if (k.coll != KernelColl::kReduce || k.rank == k.root) reaches(dev, name, k.recv);

@@ -67,7 +67,9 @@ struct HostPrims {
 
 }  // namespace
 
-void runKernelColl(const KernelColl& k) {
+void runKernelColl(const KernelColl& given) {
+  KernelColl k = given;
+  if (k.op.scalarAt) loadScalar(k.op.scalarAt, k.type, &k.op);  // now, as the kernel runs
   HostPrims p{k, k.op};
   p.plain.preMultiply = false;
   for (int b = 0; b < k.blocks; ++b) kernel::runBlock(k, p, b);

@@ -71,7 +71,21 @@ struct KernelColl {
   // Elements of a slot each source fills per round: the round, or (two-shot) a slice of it.
   STRATA_KERNEL_FN size_t span() const { return twoShot() ? chunk / n : chunk; }
   // Steps (barriers) the kernel takes: what it adds to counter[0].
-  STRATA_KERNEL_FN uint64_t steps() const { return (count + chunk - 1) / chunk * (twoShot() ? 2 : 1); }
+  STRATA_KERNEL_FN uint64_t steps() const { return chunk ? (count + chunk - 1) / chunk * (twoShot() ? 2 : 1) : 0; }
+  // Sets chunk and blocks for count (coll, n, es and slotBytes set): a round is up to
+  // a slot of the piece (one-shot) or a slot per rank's slice (two-shot), in whole
+  // 16-byte vectors so every block's range stays aligned; a block per `blockBytes`
+  // of a slot, 1 to kMaxBlocks.
+  void shapeRounds(size_t blockBytes) {
+    size_t v = 16 / es, slotElems = slotBytes / es;
+    size_t share = twoShot() ? (count + n - 1) / n : count;
+    size_t span = (share + v - 1) / v * v;
+    if (span > slotElems) span = slotElems;
+    chunk = twoShot() ? span * n : span;
+    if (chunk == 0) chunk = 16 / es;  // an empty operation: no rounds
+    size_t b = (span * es + blockBytes - 1) / blockBytes;
+    blocks = static_cast<int>(b < 1 ? 1 : b > kMaxBlocks ? kMaxBlocks : b);
+  }
 };
 
 namespace kernel {
@@ -95,19 +109,23 @@ STRATA_KERNEL_FN inline uint32_t giveUp(const KernelColl& k, uint32_t why, int p
 // This thread's stores are out; the block's flag for `seq` goes to every rank, and
 // every rank's for this block is awaited. False (in the whole block) when the stop
 // word rose or the timeout passed first.
+// (The block barrier orders the other threads' stores before thread 0's fence and
+// release store, which is cumulative. The stop word is host memory: read every
+// 1024 polls, not at each.)
 template <class P>
 STRATA_KERNEL_FN inline bool barrier(const KernelColl& k, P& p, int block, uint64_t seq) {
-  p.fenceSystem();
   p.barrierOr(0);
-  if (p.thread() == 0)
+  if (p.thread() == 0) {
+    p.fenceSystem();
     for (int q = 0; q < k.n; ++q) p.storeRelease(&k.flags(q, block)[k.rank], seq);
+  }
   const uint64_t* flags = k.flags(k.rank, block);
   uint32_t failed = 0;
   for (int src = p.thread(); src < k.n && !failed; src += p.threads()) {
     uint64_t start = p.now();
-    while (!failed && p.loadAcquire(&flags[src]) < seq) {
-      if (*k.stop) failed = giveUp(k, KernelColl::kStopped, src);
-      else if (p.now() - start > k.timeoutNs) failed = giveUp(k, KernelColl::kTimedOut, src);
+    for (uint32_t polls = 1; !failed && p.loadAcquire(&flags[src]) < seq; ++polls) {
+      if (polls % 1024 == 0 && *k.stop) failed = giveUp(k, KernelColl::kStopped, src);
+      else if (polls % 64 == 0 && p.now() - start > k.timeoutNs) failed = giveUp(k, KernelColl::kTimedOut, src);
       else p.pause();
     }
   }

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -30,12 +31,12 @@ std::vector<float> inputOf(int rank, int round) {
   return v;
 }
 
-// The all-reduce (sum) of round k's inputs over n ranks.
-std::string checkSum(const void* dev, int n, int round, const std::string& what) {
+// The all-reduce (sum) of round k's inputs over n ranks, each input times `scale`.
+std::string checkSum(const void* dev, int n, int round, const std::string& what, int scale = 1) {
   std::vector<float> got(kCount);
   device::copySync(got.data(), dev, kCount * sizeof(float));
   for (size_t i = 0; i < kCount; ++i) {
-    float want = static_cast<float>(n * (n + 1) / 2 * (round + 1) + n * static_cast<int>(i % 7));
+    float want = static_cast<float>(scale * (n * (n + 1) / 2 * (round + 1) + n * static_cast<int>(i % 7)));
     if (got[i] != want)
       return what + ": element " + std::to_string(i) + " is " + std::to_string(got[i]) + ", expected " + std::to_string(want);
   }
@@ -62,13 +63,18 @@ std::string onOwnGpu(int rank, int n, const ncclUniqueId& id, F body) {
   REQUIRE_GPU();                                                                                        \
   if (gpusVisible() < (n)) GTEST_SKIP() << "needs " << (n) << " GPUs; " << gpusVisible() << " visible"
 
-// Captured once (all-reduce, then all-gather of the result's first elements), replayed
-// five times on new inputs with an eager all-reduce between replays: every replay
-// advances the operation count in device memory, so the ranks stay in step.
+// Captured once (all-reduce, then all-gather of the result's first elements, then an
+// all-reduce pre-multiplied by a scalar in device memory), replayed five times on new
+// inputs and scalars with an eager all-reduce between replays: every replay advances
+// the step count in device memory, so the ranks stay in step, and reads the scalar anew.
 std::string graphRank(int rank, int n, const ncclUniqueId& id) {
   return onOwnGpu(rank, n, id, [&](ncclComm_t comm, cudaStream_t s) -> std::string {
     DeviceBuffer in(kCount * sizeof(float)), out(kCount * sizeof(float)), eager(kCount * sizeof(float));
-    DeviceBuffer gathered(n * 16 * sizeof(float));
+    DeviceBuffer gathered(n * 16 * sizeof(float)), scaled(kCount * sizeof(float)), scalar(sizeof(float));
+    put(scalar.p, {1.0f});
+    ncclRedOp_t premul;
+    if (ncclRedOpCreatePreMulSum(&premul, scalar.p, ncclFloat32, ncclScalarDevice, comm) != ncclSuccess)
+      return "ncclRedOpCreatePreMulSum failed";
     put(in.p, inputOf(rank, 0));
     if (ncclAllReduce(in.p, eager.p, kCount, ncclFloat32, ncclSum, comm, s) != ncclSuccess) return "eager all-reduce failed";
     device::streamSynchronize(s);
@@ -77,17 +83,20 @@ std::string graphRank(int rank, int n, const ncclUniqueId& id) {
     device::graphBegin(s);
     ncclResult_t r1 = ncclAllReduce(in.p, out.p, kCount, ncclFloat32, ncclSum, comm, s);
     ncclResult_t r2 = ncclAllGather(out.p, gathered.p, 16, ncclFloat32, comm, s);
+    if (r2 == ncclSuccess) r2 = ncclAllReduce(in.p, scaled.p, kCount, ncclFloat32, premul, comm, s);
     std::string why;
     void* graph = device::graphEnd(s, &why);
     if (r1 != ncclSuccess || r2 != ncclSuccess) return std::string("capture refused: ") + ncclGetLastError(comm);
     if (!graph) return "capture failed: " + why;
     for (int round = 1; round <= 5 && err.empty(); ++round) {
       put(in.p, inputOf(rank, round));
+      put(scalar.p, {static_cast<float>(round + 1)});
       device::graphLaunch(graph, s);
       if (round == 3 && ncclAllReduce(in.p, eager.p, kCount, ncclFloat32, ncclSum, comm, s) != ncclSuccess)
         err = "eager all-reduce between replays failed";
       device::streamSynchronize(s);
       if (err.empty()) err = checkSum(out.p, n, round, "replay " + std::to_string(round));
+      if (err.empty()) err = checkSum(scaled.p, n, round, "replay " + std::to_string(round) + " pre-multiplied", round + 1);
       if (err.empty() && round == 3) err = checkSum(eager.p, n, 3, "eager all-reduce between replays");
       std::vector<float> g(n * 16);
       device::copySync(g.data(), gathered.p, g.size() * sizeof(float));
@@ -96,6 +105,7 @@ std::string graphRank(int rank, int n, const ncclUniqueId& id) {
         if (g[r * 16] != want) err = "replay " + std::to_string(round) + ": gathered element from rank " + std::to_string(r) + " is wrong";
     }
     device::graphDestroy(graph);
+    ncclRedOpDestroy(premul, comm);
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(comm, &async);
     return err.empty() && async != ncclSuccess ? "async error " + std::to_string(async) : err;
@@ -136,6 +146,37 @@ TEST(DeviceOneShotStreams, TheLegacyStreamToo) {
     }
     ncclCommDestroy(comm);
     return err;
+  });
+  EXPECT_EQ(failures(results), "");
+}
+
+// A communicator's calls alternate between two streams the caller never orders: its
+// kernels share the step count, flags and slots, so each waits for the one before.
+TEST(DeviceOneShotStreams, CallsOnTwoStreamsRunInCallOrder) {
+  REQUIRE_GPUS(2);
+  auto results = runRanks(Mode::kThreads, 2, [](int rank, int n, const ncclUniqueId& id) -> std::string {
+    return onOwnGpu(rank, n, id, [&](ncclComm_t comm, cudaStream_t a) -> std::string {
+      void* b = device::streamCreate();
+      const int calls = 8;
+      std::vector<std::unique_ptr<DeviceBuffer>> in, out;
+      for (int i = 0; i < calls; ++i) {
+        in.push_back(std::make_unique<DeviceBuffer>(kCount * sizeof(float)));
+        out.push_back(std::make_unique<DeviceBuffer>(kCount * sizeof(float)));
+        put(in[i]->p, inputOf(rank, i));
+      }
+      std::string err;
+      for (int i = 0; i < calls && err.empty(); ++i)
+        if (ncclAllReduce(in[i]->p, out[i]->p, kCount, ncclFloat32, ncclSum, comm, i % 2 ? static_cast<cudaStream_t>(b) : a) !=
+            ncclSuccess)
+          err = "call " + std::to_string(i) + " was not enqueued";
+      device::streamSynchronize(a);
+      device::streamSynchronize(b);
+      for (int i = 0; i < calls && err.empty(); ++i) err = checkSum(out[i]->p, n, i, "call " + std::to_string(i));
+      device::streamDestroy(b);
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm, &async);
+      return err.empty() && async != ncclSuccess ? "async error " + std::to_string(async) : err;
+    });
   });
   EXPECT_EQ(failures(results), "");
 }
@@ -203,6 +244,100 @@ TEST(DeviceOneShotFaults, AWaitLongerThanTheTimeoutFailsTheCommunicator) {
   }, 120);
   unsetenv("STRATA_TIMEOUT");
   reloadEnvironment();
+  EXPECT_EQ(failures(results), "");
+}
+
+
+// The kernel alone, without a communicator: n virtual ranks on one GPU, each
+// kernel on a stream of its own with its own region, counter and buffers. On a real
+// GPU this checks the PTX primitives and the protocol on one device (kernels of
+// 1-19 blocks, co-resident on any GPU of this class), which the machine lent for
+// checks has; the communicator's path needs a GPU per rank.
+struct VirtualRank {
+  DeviceBuffer region, counter, in, out;
+  void* stream;
+  VirtualRank(size_t regionBytes, size_t bytes)
+      : region(regionBytes), counter(16), in(bytes), out(bytes), stream(device::streamCreate()) {
+    device::memsetSync(region.p, 0, regionBytes);
+    device::memsetSync(counter.p, 0, 16);
+  }
+  ~VirtualRank() { device::streamDestroy(stream); }
+};
+
+// `graphs`: each rank's kernel is captured once, in a CUDA graph, and every later
+// operation replays it (the step counter in device memory moves the slots along).
+std::string virtualRanks(int n, int coll, size_t count, int ops, bool graphs = false) {
+  const size_t slot = 512 << 10, bytes = count * sizeof(float) * (coll == device::KernelColl::kAllGather ? n : 1);
+  auto* words = static_cast<uint32_t*>(device::pinnedAlloc(8));
+  words[0] = words[1] = 0;
+  std::vector<std::unique_ptr<VirtualRank>> ranks;
+  for (int r = 0; r < n; ++r) ranks.push_back(std::make_unique<VirtualRank>(device::KernelColl::regionBytes(n, slot), bytes));
+  std::string err;
+  std::vector<void*> graph(n, nullptr);
+  for (int op = 0; op < ops && err.empty(); ++op) {
+    for (int r = 0; r < n; ++r) {
+      put(ranks[r]->in.p, std::vector<float>(count, static_cast<float>((r + 1) * (op + 1))));
+      if (graph[r]) {
+        device::graphLaunch(graph[r], ranks[r]->stream);
+        continue;
+      }
+      device::KernelColl k;
+      k.coll = coll;
+      k.rank = r;
+      k.n = n;
+      k.type = ncclFloat32;
+      k.es = 4;
+      k.send = static_cast<const char*>(ranks[r]->in.p);
+      k.recv = static_cast<char*>(ranks[r]->out.p);
+      k.count = count;
+      k.slotBytes = slot;
+      k.shapeRounds(16 << 10);
+      for (int q = 0; q < n; ++q) k.region[q] = static_cast<char*>(ranks[q]->region.p);
+      k.counter = static_cast<uint64_t*>(ranks[r]->counter.p);
+      auto* mapped = static_cast<uint32_t*>(device::mappedPointer(words));
+      k.stop = mapped;
+      k.error = mapped + 1;
+      k.timeoutNs = 20000000000ull;
+      if (graphs) device::graphBegin(ranks[r]->stream);
+      device::launchKernelColl(k, ranks[r]->stream);
+      std::string why;
+      if (graphs && !(graph[r] = device::graphEnd(ranks[r]->stream, &why))) return "capture failed: " + why;
+      if (graphs) device::graphLaunch(graph[r], ranks[r]->stream);
+    }
+    for (int r = 0; r < n; ++r) device::streamSynchronize(ranks[r]->stream);
+    if (words[1]) err = "a kernel gave up: error word " + std::to_string(words[1]);
+    for (int r = 0; r < n && err.empty(); ++r) {
+      std::vector<float> got(bytes / sizeof(float));
+      device::copySync(got.data(), ranks[r]->out.p, bytes);
+      for (size_t i = 0; i < got.size() && err.empty(); ++i) {
+        float want = coll == device::KernelColl::kAllGather ? static_cast<float>((i / count + 1) * (op + 1))
+                                                            : static_cast<float>(n * (n + 1) / 2 * (op + 1));
+        if (got[i] != want)
+          err = "op " + std::to_string(op) + ", rank " + std::to_string(r) + ", element " + std::to_string(i) + ": " +
+                std::to_string(got[i]) + ", expected " + std::to_string(want);
+      }
+    }
+  }
+  for (void* g : graph)
+    if (g) device::graphDestroy(g);
+  ranks.clear();
+  device::pinnedFree(words);
+  return err;
+}
+
+TEST(KernelCollProtocol, VirtualRanksOnOneGpu) {
+  REQUIRE_GPU();
+  auto results = runRanks(Mode::kThreads, 1, [](int, int, const ncclUniqueId&) -> std::string {
+    device::setCurrentDevice(0);
+    using K = device::KernelColl;
+    std::string err = virtualRanks(2, K::kAllReduce, 3001, 3);                   // one round, one block
+    if (err.empty()) err = virtualRanks(2, K::kAllReduce, (1 << 20) + 3, 2);     // 9 rounds of 32 blocks
+    if (err.empty()) err = virtualRanks(4, K::kAllReduceTwoShot, 300001, 3);     // two-shot, 19 blocks
+    if (err.empty()) err = virtualRanks(3, K::kAllGather, 70001, 2);
+    if (err.empty()) err = virtualRanks(2, K::kAllReduce, 5000, 4, true);       // captured once, replayed
+    if (err.empty()) err = virtualRanks(4, K::kAllReduceTwoShot, 300001, 3, true);
+    return err;
+  }, 120);
   EXPECT_EQ(failures(results), "");
 }
 

@@ -80,6 +80,9 @@ SharedRegion CudaIpcTransport::createRegion(const ConnectRequest& req, size_t by
     OnDevice on(req.self->device);
     std::string ipc;
     buffer = owning(device::ipcAlloc(bytes, &ipc), [](void* q) { device::ipcFree(q); });
+    // Zero-filled, as regions are promised: cudaMalloc hands back memory an earlier
+    // communicator of this process used, and its flags would pass a new one's waits.
+    device::memsetSync(buffer.get(), 0, bytes);
     owned_[{req.self, bytes}] = buffer;
     ipcHandles_[buffer.get()] = ipc;
   }
