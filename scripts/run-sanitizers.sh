@@ -50,7 +50,7 @@ for stage in $stages; do
       (cd build-tsan && STRATA_GPU_SIM=1 STRATA_GPU_SIM_STRICT=1 NCCL_P2P_DISABLE=1 timeout 900 tests/gpu_test \
         --gtest_filter='OneGpu/GpuCollectives.*threads_2ranks:OneGpu/GpuCollectives.*threads_4ranks')
       (cd build-tsan && STRATA_GPU_SIM=4 STRATA_GPU_SIM_STRICT=1 timeout 900 tests/gpu_test \
-        --gtest_filter='Spread/ManyGpus.*threads*:Ranks/DeviceOneShot.*threads*:DeviceOneShotFaults.*')
+        --gtest_filter='Spread/ManyGpus.ExactResults*threads*:Spread/ManyGpus.ExactAcross*threads_2ranks:Ranks/DeviceOneShot.*threads*:DeviceOneShotFaults.*:DeviceOneShotStreams.*')
     fi
   fi
   echo "== stage $stage: $((SECONDS - start)) s"

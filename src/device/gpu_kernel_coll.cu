@@ -55,6 +55,8 @@ struct GpuPrims {
     asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
   }
   __device__ void fenceSystem() const { __threadfence_system(); }
+  __device__ uint32_t loadWord(const volatile uint32_t* w) const { return *w; }
+  __device__ void storeWord(volatile uint32_t* w, uint32_t v) const { *w = v; }
   __device__ void fenceDevice() const { __threadfence(); }
   __device__ int barrierOr(uint32_t v) const { return __syncthreads_or(static_cast<int>(v)); }
   __device__ uint64_t fetchAdd(uint64_t* p, uint64_t v) const {
@@ -122,7 +124,7 @@ struct GpuPrims {
 };
 
 template <typename T>
-__global__ void __launch_bounds__(kCollThreads) collKernel(KernelColl k) {
+__global__ void __launch_bounds__(kCollThreads) collKernel(const __grid_constant__ KernelColl k) {
   using C = typename DevFormat<T>::C;
   GpuPrims<T> p{k, C{}};
   if (k.op.scalarAt) {  // ncclScalarDevice: read as the kernel runs

@@ -46,6 +46,9 @@ struct HostPrims {
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
   }
   void fenceDevice() const { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+  // The stop and error words: the host reads and writes them as atomics too.
+  uint32_t loadWord(const volatile uint32_t* w) const { return __atomic_load_n(w, __ATOMIC_ACQUIRE); }
+  void storeWord(volatile uint32_t* w, uint32_t v) const { __atomic_store_n(w, v, __ATOMIC_RELEASE); }
   int barrierOr(uint32_t v) const { return v != 0; }
   uint64_t fetchAdd(uint64_t* p, uint64_t v) const { return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL); }
 

@@ -14,9 +14,9 @@
 // same slot range in every round, so that holds per block.
 //
 // The protocol is written once, here, over a few primitives that the GPU (PTX:
-// ld.acquire.sys, st.release.sys, fences, __syncthreads) and the simulated GPUs
-// (host atomics, a block as one thread) each provide, so simulated runs execute
-// this very code. Every wait is bounded: it ends on the communicator's stop word
+// ld.acquire.sys, st.release.sys, fences, __syncthreads; volatile accesses to the
+// host's stop and error words) and the simulated GPUs (host atomics, a block as one
+// thread) each provide, so simulated runs execute this very code. Every wait is bounded: it ends on the communicator's stop word
 // (ncclCommAbort) or after the timeout, recording why in the error word.
 #pragma once
 
@@ -101,8 +101,9 @@ STRATA_KERNEL_FN inline void blockRange(const KernelColl& k, int block, size_t l
   *hi = minSize(*lo + per, limit);
 }
 
-STRATA_KERNEL_FN inline uint32_t giveUp(const KernelColl& k, uint32_t why, int peer) {
-  if (*k.error == 0) *k.error = why << 8 | static_cast<uint32_t>(peer);
+template <class P>
+STRATA_KERNEL_FN inline uint32_t giveUp(const KernelColl& k, P& p, uint32_t why, int peer) {
+  if (p.loadWord(k.error) == 0) p.storeWord(k.error, why << 8 | static_cast<uint32_t>(peer));
   return 1;
 }
 
@@ -124,8 +125,8 @@ STRATA_KERNEL_FN inline bool barrier(const KernelColl& k, P& p, int block, uint6
   for (int src = p.thread(); src < k.n && !failed; src += p.threads()) {
     uint64_t start = p.now();
     for (uint32_t polls = 1; !failed && p.loadAcquire(&flags[src]) < seq; ++polls) {
-      if (polls % 1024 == 0 && *k.stop) failed = giveUp(k, KernelColl::kStopped, src);
-      else if (polls % 64 == 0 && p.now() - start > k.timeoutNs) failed = giveUp(k, KernelColl::kTimedOut, src);
+      if (polls % 1024 == 0 && p.loadWord(k.stop)) failed = giveUp(k, p, KernelColl::kStopped, src);
+      else if (polls % 64 == 0 && p.now() - start > k.timeoutNs) failed = giveUp(k, p, KernelColl::kTimedOut, src);
       else p.pause();
     }
   }

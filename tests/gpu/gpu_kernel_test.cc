@@ -9,6 +9,7 @@
 #include <chrono>
 #include <memory>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -181,10 +182,10 @@ TEST(DeviceOneShotStreams, CallsOnTwoStreamsRunInCallOrder) {
   EXPECT_EQ(failures(results), "");
 }
 
-// Rank 1 never joins the all-reduce. Rank 0's kernel waits for it until rank 0's
-// communicator is aborted (STRATA_TIMEOUT is 60 s), then its stream drains at once.
-TEST(DeviceOneShotFaults, AnAbortReleasesAKernelWaitingForAPeer) {
-  REQUIRE_GPUS(2);
+// Two ranks as threads: rank 0 enqueues a 256-float all-reduce that rank 1 never
+// joins, then `then` (which ends rank 0's communicator) says what went wrong; rank 1
+// waits for that and aborts its own.
+std::string withALoneAllReduce(const std::function<std::string(ncclComm_t, void*)>& then) {
   std::atomic<bool> rank0Done{false};
   auto results = runRanks(Mode::kThreads, 2, [&](int rank, int n, const ncclUniqueId& id) -> std::string {
     device::setCurrentDevice(rank);
@@ -196,13 +197,8 @@ TEST(DeviceOneShotFaults, AnAbortReleasesAKernelWaitingForAPeer) {
       DeviceBuffer buf(1024);
       if (ncclAllReduce(buf.p, buf.p, 256, ncclFloat32, ncclSum, comm, static_cast<cudaStream_t>(stream)) != ncclSuccess)
         err = "the all-reduce was not enqueued";
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
-      if (device::streamIdle(stream)) err = "the kernel finished without its peer";
-      auto start = std::chrono::steady_clock::now();
-      ncclCommAbort(comm);
-      device::streamSynchronize(stream);
-      double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (sec > 10) err = "the stream drained " + std::to_string(sec) + " s after the abort";
+      std::string after = then(comm, stream);
+      if (err.empty()) err = after;
       rank0Done = true;
     } else {
       while (!rank0Done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -211,7 +207,24 @@ TEST(DeviceOneShotFaults, AnAbortReleasesAKernelWaitingForAPeer) {
     device::streamDestroy(stream);
     return err;
   }, 120);
-  EXPECT_EQ(failures(results), "");
+  return failures(results);
+}
+
+// Rank 0's kernel waits for rank 1 until rank 0's communicator is aborted
+// (STRATA_TIMEOUT is 60 s), then its stream drains at once.
+TEST(DeviceOneShotFaults, AnAbortReleasesAKernelWaitingForAPeer) {
+  REQUIRE_GPUS(2);
+  EXPECT_EQ(withALoneAllReduce([](ncclComm_t comm, void* stream) -> std::string {
+              std::this_thread::sleep_for(std::chrono::milliseconds(300));
+              std::string err = device::streamIdle(stream) ? "the kernel finished without its peer" : "";
+              auto start = std::chrono::steady_clock::now();
+              ncclCommAbort(comm);
+              device::streamSynchronize(stream);
+              double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+              if (sec > 10) err = "the stream drained " + std::to_string(sec) + " s after the abort";
+              return err;
+            }),
+            "");
 }
 
 // With STRATA_TIMEOUT=1, the waiting kernel gives up after a second and the
@@ -220,31 +233,16 @@ TEST(DeviceOneShotFaults, AWaitLongerThanTheTimeoutFailsTheCommunicator) {
   REQUIRE_GPUS(2);
   setenv("STRATA_TIMEOUT", "1", 1);
   reloadEnvironment();
-  std::atomic<bool> rank0Done{false};
-  auto results = runRanks(Mode::kThreads, 2, [&](int rank, int n, const ncclUniqueId& id) -> std::string {
-    device::setCurrentDevice(rank);
-    void* stream = device::streamCreate();
-    ncclComm_t comm = nullptr;
-    if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) return "init failed";
-    std::string err;
-    if (rank == 0) {
-      DeviceBuffer buf(1024);
-      ncclAllReduce(buf.p, buf.p, 256, ncclFloat32, ncclSum, comm, static_cast<cudaStream_t>(stream));
-      device::streamSynchronize(stream);
-      ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm, &async);
-      if (async != ncclRemoteError) err = "async error " + std::to_string(async) + ", expected ncclRemoteError";
-      rank0Done = true;
-    } else {
-      while (!rank0Done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+  std::string err = withALoneAllReduce([](ncclComm_t comm, void* stream) -> std::string {
+    device::streamSynchronize(stream);
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(comm, &async);
     ncclCommAbort(comm);
-    device::streamDestroy(stream);
-    return err;
-  }, 120);
+    return async == ncclRemoteError ? "" : "async error " + std::to_string(async) + ", expected ncclRemoteError";
+  });
   unsetenv("STRATA_TIMEOUT");
   reloadEnvironment();
-  EXPECT_EQ(failures(results), "");
+  EXPECT_EQ(err, "");
 }
 
 
