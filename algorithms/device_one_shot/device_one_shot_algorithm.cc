@@ -43,6 +43,7 @@ constexpr uint64_t kRegion = linkId("device.oneshot");
 // streams).
 struct KernelState {
   uint64_t* words = nullptr;  // KernelColl::counter
+  uint32_t* hostWords = nullptr;  // the communicator's stop and error words, as kernels address them
   void* event = nullptr;
   void* lastStream = nullptr;
   ~KernelState() {
@@ -84,14 +85,8 @@ class LaunchTask final : public Task {
       : fn_(fn), k_(k), stream_(stream), device_(device), state_(state) {}
   bool progress() override {
     if (launched_) return false;
-    int previous = device::setCurrentDevice(device_);
-    try {
-      launch();
-    } catch (...) {
-      device::setCurrentDevice(previous);
-      throw;
-    }
-    device::setCurrentDevice(previous);
+    device::OnDevice on(device_);
+    launch();
     return launched_ = true;
   }
   bool done() const override { return launched_; }
@@ -151,17 +146,11 @@ class DeviceOneShot final : public Algorithm {
     needRegions(ctx);
     KernelState& c = ctx.state<KernelState>();
     if (!c.words) {
-      int previous = device::setCurrentDevice(ctx.device());
-      try {
-        c.event = device::eventCreate();
-        c.words = static_cast<uint64_t*>(device::gpuAlloc(2 * sizeof(uint64_t)));
-        device::memsetSync(c.words, 0, 2 * sizeof(uint64_t));
-        ctx.deviceWords();
-      } catch (...) {
-        device::setCurrentDevice(previous);
-        throw;
-      }
-      device::setCurrentDevice(previous);
+      device::OnDevice on(ctx.device());
+      c.event = device::eventCreate();
+      c.hostWords = static_cast<uint32_t*>(device::mappedPointer(ctx.deviceWords()));
+      c.words = static_cast<uint64_t*>(device::gpuAlloc(2 * sizeof(uint64_t)));
+      device::memsetSync(c.words, 0, 2 * sizeof(uint64_t));
     }
     return true;
   }
@@ -184,9 +173,8 @@ class DeviceOneShot final : public Algorithm {
     k.shapeRounds(kBlockBytes);
     KernelState* state = &ctx.state<KernelState>();
     k.counter = state->words;
-    uint32_t* words = static_cast<uint32_t*>(device::mappedPointer(ctx.deviceWords()));
-    k.stop = words;
-    k.error = words + 1;
+    k.stop = state->hostWords;
+    k.error = state->hostWords + 1;
     k.timeoutNs = config().timeoutSec < 1.8e10 ? static_cast<uint64_t>(config().timeoutSec * 1e9) : UINT64_MAX;
     ctx.addTask({kRegion, 0}, [k, fn = op.fn, stream = ctx.deviceStream(), dev = ctx.device(), state](Links& ln) mutable {
       for (int r = 0; r < k.n; ++r)

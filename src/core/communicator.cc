@@ -23,11 +23,6 @@ algorithms::TuneRequest Communicator::tuneRequest(Collective coll, size_t bytes,
   return r;
 }
 
-bool Communicator::streamCapable(Collective coll, size_t bytes) {
-  algorithms::Choice c;
-  return algorithms::tryChoose(tuneRequest(coll, bytes, true, true), config().algo, config().proto, &c);
-}
-
 uint32_t* Communicator::deviceWords() {
   std::lock_guard<std::mutex> lock(stopMutex_);
   if (!deviceWords_) {
@@ -60,9 +55,9 @@ ncclResult_t Communicator::asyncError() const {
   return why == device::KernelColl::kTimedOut ? ncclRemoteError : ncclInvalidUsage;
 }
 
-bool Communicator::deviceCapable(Collective coll, size_t bytes) {
+bool Communicator::deviceCapable(Collective coll, size_t bytes, bool streamOrdered) {
   algorithms::Choice c;
-  return algorithms::tryChoose(tuneRequest(coll, bytes, true), config().algo, config().proto, &c);
+  return tryChoose(coll, bytes, true, streamOrdered, &c);
 }
 
 bool Communicator::devicePuts(int peer, size_t bytes) const {
@@ -77,13 +72,13 @@ bool Communicator::devicePuts(int peer, size_t bytes) const {
   }
 }
 
-algorithms::Choice Communicator::choose(Collective coll, size_t bytes, bool device, bool streamOrdered) {
+bool Communicator::tryChoose(Collective coll, size_t bytes, bool device, bool streamOrdered, algorithms::Choice* out) {
   const Config& cfg = config();
   CachedChoice& c = choices_[(bytes * 31 + static_cast<size_t>(coll) * 4 + device * 2 + streamOrdered) % choices_.size()];
   if (c.config != &cfg || c.coll != coll || c.bytes != bytes || c.device != device || c.streamOrdered != streamOrdered) {
     algorithms::TuneRequest req = tuneRequest(coll, bytes, device, streamOrdered);
-    c.choice = algorithms::choose(req, cfg.algo, cfg.proto);  // throws before caching
-    if (logEnabled(LogLevel::kInfo, kSubsysTuning))
+    c.found = algorithms::tryChoose(req, cfg.algo, cfg.proto, &c.choice);
+    if (c.found && logEnabled(LogLevel::kInfo, kSubsysTuning))
       STRATA_INFO(kSubsysTuning, rank(), "%s (%d ranks, %d node(s))",
                   algorithms::predictionLine(algorithms::predict(plan_, req, cfg.algo, cfg.proto)).c_str(), nranks(),
                   layout_.numNodes());
@@ -93,7 +88,15 @@ algorithms::Choice Communicator::choose(Collective coll, size_t bytes, bool devi
     c.device = device;
     c.streamOrdered = streamOrdered;
   }
-  return c.choice;
+  *out = c.choice;
+  return c.found;
+}
+
+algorithms::Choice Communicator::choose(Collective coll, size_t bytes, bool device, bool streamOrdered) {
+  algorithms::Choice c;
+  if (!tryChoose(coll, bytes, device, streamOrdered, &c))  // throws, naming NCCL_ALGO / NCCL_PROTO
+    algorithms::choose(tuneRequest(coll, bytes, device, streamOrdered), config().algo, config().proto);
+  return c;
 }
 
 void Communicator::stop(const std::string& why) {

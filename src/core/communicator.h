@@ -94,12 +94,12 @@ class Communicator {
   // choice for a size is logged with the line strata-topo prints for it.
   algorithms::TuneRequest tuneRequest(Collective coll, size_t bytes, bool device = false, bool streamOrdered = false) const;
   algorithms::Choice choose(Collective coll, size_t bytes, bool device = false, bool streamOrdered = false);
-  // True when an algorithm runs this collective on device buffers with kernels on
-  // the caller's stream alone (no proxy).
-  bool streamCapable(Collective coll, size_t bytes);
+  // The same, cached alike, false instead of throwing when nothing is left.
+  bool tryChoose(Collective coll, size_t bytes, bool device, bool streamOrdered, algorithms::Choice* out);
   // True when an algorithm can run this collective on device buffers (else the
-  // device proxy stages them through host memory).
-  bool deviceCapable(Collective coll, size_t bytes);
+  // device proxy stages them through host memory); `streamOrdered`: with kernels on
+  // the caller's stream alone (no proxy).
+  bool deviceCapable(Collective coll, size_t bytes, bool streamOrdered = false);
   // True when a point-to-point transfer of `bytes` with `peer` moves as one put that
   // the transport makes straight from and into device memory (GPUDirect RDMA): the
   // peer is reached over a network whose puts take device memory (kDevicePut), and
@@ -165,6 +165,7 @@ class Communicator {
     Collective coll = Collective::kAllReduce;
     size_t bytes = 0;
     bool device = false, streamOrdered = false;
+    bool found = false;  // false: NCCL_ALGO / NCCL_PROTO left nothing
     algorithms::Choice choice;
   };
   std::array<CachedChoice, 16> choices_;

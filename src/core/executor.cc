@@ -56,7 +56,7 @@ void Executor::add(Communicator& comm, const OpDesc& op) {
   // Device-memory algorithms for collectives; a send or receive on device memory is
   // point-to-point work as on host memory, its data moved by GPUDirect RDMA puts.
   bool device = deviceStream_ && c.kind == algorithms::CollectiveOp::Kind::kCollective &&
-                (device::isDevicePointer(op.sendbuff) || device::isDevicePointer(op.recvbuff));
+                (streamOrdered_ || device::isDevicePointer(op.sendbuff) || device::isDevicePointer(op.recvbuff));
   // The tuner's choice; throws when NCCL_ALGO / NCCL_PROTO exclude every candidate.
   algorithms::Choice choice = comm.choose(c.coll, c.bytes, device, device && streamOrdered_);
   choice.algorithm->plan(plan, c, choice.proto);

@@ -79,7 +79,7 @@ bool streamOrdered(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
     if (op.kind != OpKind::kCollective || op.stream != ops.front().second.stream) return false;
     if (!device::isDevicePointer(op.recvbuff) || (op.sendbuff && !device::isDevicePointer(op.sendbuff))) return false;
     Communicator& comm = readyComm(h, op.fn);
-    if (op.count > 0 && !comm.streamCapable(opCollective(op), opBytes(op, comm.nranks()))) return false;
+    if (op.count > 0 && !comm.deviceCapable(opCollective(op), opBytes(op, comm.nranks()), true)) return false;
   }
   return true;
 }

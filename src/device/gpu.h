@@ -87,6 +87,18 @@ void hostCallback(void* stream, void (*fn)(void*), void* arg);
 void waitHostFlag(void* stream, const uint64_t* flag, uint64_t value);
 // Makes `device` current on the calling thread; returns the previous one.
 int setCurrentDevice(int device);
+// While it lives, `device` is the calling thread's current device; the previous one
+// after.
+class OnDevice {
+ public:
+  explicit OnDevice(int device) : previous_(setCurrentDevice(device)) {}
+  ~OnDevice() { setCurrentDevice(previous_); }
+  OnDevice(const OnDevice&) = delete;
+  OnDevice& operator=(const OnDevice&) = delete;
+
+ private:
+  int previous_;
+};
 // Streams and synchronous copies for tools and tests (a non-blocking stream on the
 // current device).
 void* streamCreate();

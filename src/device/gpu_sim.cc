@@ -187,7 +187,7 @@ class SimGpus final : public GpuBackend {
   }
   void graphLaunch(void* graph, void* stream) override {
     use("cudaGraphLaunch");
-    for (const std::function<void()>& work : static_cast<Graph*>(graph)->work) of(stream).push(work);
+    for (const std::function<void()>& work : static_cast<Graph*>(graph)->work) on(stream, work);
   }
   void graphDestroy(void* graph) override { delete static_cast<Graph*>(graph); }
   void* mappedPointer(void* pinned) override { return pinned; }

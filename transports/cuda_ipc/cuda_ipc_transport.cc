@@ -22,13 +22,6 @@ struct Handle {
   char ipc[64];
 };
 
-// Runs on `device`, restoring the thread's current one after.
-struct OnDevice {
-  explicit OnDevice(int device) : previous(device::setCurrentDevice(device)) {}
-  ~OnDevice() { device::setCurrentDevice(previous); }
-  int previous;
-};
-
 int gpuNode(const topology::System& sys, const PeerInfo& p) {
   for (int g : sys.ofType(topology::NodeType::kGpu))
     if (sys.node(g).id == p.busId) return g;
@@ -77,7 +70,7 @@ SharedRegion CudaIpcTransport::createRegion(const ConnectRequest& req, size_t by
   std::lock_guard<std::mutex> lock(mu_);
   std::shared_ptr<void> buffer = owned_[{req.self, bytes}].lock();
   if (!buffer) {
-    OnDevice on(req.self->device);
+    device::OnDevice on(req.self->device);
     std::string ipc;
     buffer = owning(device::ipcAlloc(bytes, &ipc), [](void* q) { device::ipcFree(q); });
     // Zero-filled, as regions are promised: cudaMalloc hands back memory an earlier
@@ -98,7 +91,7 @@ SharedRegion CudaIpcTransport::attachRegion(const ConnectRequest& req, const std
   STRATA_REQUIRE(handle.size() == sizeof h, ncclInternalError, "cuda_ipc: malformed handle from rank %d",
                  req.peer->rank);
   memcpy(static_cast<void*>(&h), handle.data(), sizeof h);
-  OnDevice on(req.self->device);
+  device::OnDevice on(req.self->device);
   if (h.process == req.self->processHash) {  // the same address space: the pointer itself, peer access on
     std::string why;
     STRATA_REQUIRE(device::enablePeerAccess(req.peer->device, &why), ncclUnhandledCudaError,
