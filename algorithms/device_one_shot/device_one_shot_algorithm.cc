@@ -2,10 +2,10 @@
 // kernel on the caller's stream and no host in the loop (device/kernel_coll.h has
 // the protocol). In rounds of up to a slot per source, each rank's kernel writes
 // its data into every peer's slot, raises a flag in each peer's region, waits for
-// the peers' flags in its own, then finishes from its own slots; an all-reduce of
-// more than kTwoShotBytes on 3 or more ranks is two-shot (each rank reduces a
-// slice, then the slices are exchanged), so each GPU moves about twice the data
-// rather than n times. One rank per GPU: kernels of ranks sharing a GPU
+// the peers' flags in its own, then finishes from its own slots. An all-reduce,
+// broadcast or reduce of more than kTwoShotBytes on 3 or more ranks is two-shot
+// (each rank gathers, and reduces, a slice; then the slices are spread), so each
+// GPU moves about twice the data rather than n - 1 times it. One rank per GPU: kernels of ranks sharing a GPU
 // would wait for each other and need not be co-resident (nor, with
 // CUDA_DEVICE_MAX_CONNECTIONS=1, even started), so those keep the proxy.
 #include <algorithm>
@@ -30,7 +30,7 @@ constexpr size_t kSlotBytes = 512 << 10;
 // A launch, per operation; and a barrier (flags' round trip between GPUs) per step.
 constexpr double kLaunchUs = 4.0;
 constexpr double kStepUs = 2.0;
-// All-reduces larger than this (3 or more ranks) are two-shot.
+// All-reduces, broadcasts and reduces larger than this (3 or more ranks) are two-shot.
 constexpr size_t kTwoShotBytes = 256 << 10;
 // Bytes of a slot per block (1 to KernelColl::kMaxBlocks blocks).
 constexpr size_t kBlockBytes = 16 << 10;
@@ -61,11 +61,11 @@ size_t pieceBytes(Collective c, size_t bytes, int nranks) {
 }
 
 bool twoShot(Collective c, size_t bytes, int nranks) {
-  return c == Collective::kAllReduce && nranks > 2 && bytes > kTwoShotBytes;
+  bool splits = c == Collective::kAllReduce || c == Collective::kBroadcast || c == Collective::kReduce;
+  return splits && nranks > 2 && bytes > kTwoShotBytes;
 }
 
-int kernelColl(Collective c, size_t bytes, int nranks) {
-  if (twoShot(c, bytes, nranks)) return KernelColl::kAllReduceTwoShot;
+int kernelColl(Collective c) {
   switch (c) {
     case Collective::kAllGather: return KernelColl::kAllGather;
     case Collective::kReduceScatter: return KernelColl::kReduceScatter;
@@ -126,8 +126,11 @@ class DeviceOneShot final : public Algorithm {
   bool applies(const TuneRequest& r) const override {
     return r.streamOrdered && r.ownGpus && r.nodes == 1 && r.nranks > 1 && r.nranks <= KernelColl::kMaxRanks;
   }
-  // One-shot: every rank writes its piece to each of the n - 1 others over its links,
-  // a step per slot's worth. Two-shot: 2 (n - 1) / n of the data, two steps per round.
+  // One-shot: every rank writes its piece to each of the n - 1 others over its links
+  // (a broadcast's root all of them; a reduce's root takes them all in), a step per
+  // slot's worth. Two-shot: 2 (n - 1) / n of the data through the busiest GPU, two
+  // steps per round. The fixed cost is the kernel's own launch (kLaunchUs), not the
+  // proxy path's base latency (the tuner leaves that out for stream-ordered work).
   double costUs(const TuneRequest& r, Protocol) const override {
     double n = r.nranks, piece = static_cast<double>(pieceBytes(r.coll, r.bytes, r.nranks));
     bool two = twoShot(r.coll, r.bytes, r.nranks);
@@ -145,12 +148,18 @@ class DeviceOneShot final : public Algorithm {
         if (a != b && !ctx.reachable(a, b, transport::kDeviceMemory)) return false;
     needRegions(ctx);
     KernelState& c = ctx.state<KernelState>();
-    if (!c.words) {
+    if (!c.words) {  // each piece once, even when a step throws and a later warm-up retries
       device::OnDevice on(ctx.device());
-      c.event = device::eventCreate();
+      if (!c.event) c.event = device::eventCreate();
       c.hostWords = static_cast<uint32_t*>(device::mappedPointer(ctx.deviceWords()));
-      c.words = static_cast<uint64_t*>(device::gpuAlloc(2 * sizeof(uint64_t)));
-      device::memsetSync(c.words, 0, 2 * sizeof(uint64_t));
+      auto* words = static_cast<uint64_t*>(device::gpuAlloc(2 * sizeof(uint64_t)));
+      try {
+        device::memsetSync(words, 0, 2 * sizeof(uint64_t));
+      } catch (const Error&) {
+        device::gpuFree(words);
+        throw;
+      }
+      c.words = words;
     }
     return true;
   }
@@ -159,7 +168,8 @@ class DeviceOneShot final : public Algorithm {
     const RankLayout& l = ctx.layout();
     needRegions(ctx);  // opened at init: registers nothing new
     KernelColl k;
-    k.coll = kernelColl(op.coll, op.bytes, l.nranks);
+    k.coll = kernelColl(op.coll);
+    k.split = twoShot(op.coll, op.bytes, l.nranks);
     k.rank = l.rank;
     k.n = l.nranks;
     k.root = op.root;

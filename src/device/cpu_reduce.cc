@@ -39,7 +39,7 @@ void reduceTyped(void* dstV, const void* accV, const void* localV, size_t n, con
     auto s = scalarOf<T>(op);
 #pragma GCC ivdep
     for (size_t i = 0; i < n; ++i) {
-      T scaled = F::store(F::load(local[i]) * s);  // rounded to T, as a pre-multiplied input is
+      T scaled = F::store(combine(F::load(local[i]), s, ReduceKind::kProd));  // rounded to T, as a pre-multiplied input is
       dst[i] = F::store(combine(F::load(acc[i]), F::load(scaled), ReduceKind::kSum));
     }
     return;
@@ -66,7 +66,7 @@ void prepare(void* dst, const void* src, size_t count, ncclDataType_t type, cons
     T* d = static_cast<T*>(dst);
     const T* in = static_cast<const T*>(src);
 #pragma GCC ivdep
-    for (size_t i = 0; i < count; ++i) d[i] = F::store(F::load(in[i]) * s);
+    for (size_t i = 0; i < count; ++i) d[i] = F::store(combine(F::load(in[i]), s, ReduceKind::kProd));
   });
 }
 

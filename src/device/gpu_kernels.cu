@@ -37,7 +37,7 @@ template <typename T, int N>
 __device__ T element(const Params<T>& p, const T (&x)[N]) {
   using F = DevFormat<T>;
   using C = typename F::C;
-  if (p.scale) return F::store(F::load(x[0]) * p.scalar);
+  if (p.scale) return F::store(combine<typename F::C>(F::load(x[0]), p.scalar, ReduceKind::kProd));  // integers wrap
   T acc = x[0];
 #pragma unroll
   for (int j = 1; j < N; ++j) acc = F::store(combine<C>(F::load(acc), F::load(x[j]), p.kind));

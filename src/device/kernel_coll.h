@@ -5,7 +5,7 @@
 // peers' slots, raises a flag in each peer's region (release, system scope), waits
 // for every peer's flag in its own (acquire), then works from its own slots:
 // reductions combine the ranks' inputs in rank order, so every rank gets the same
-// bits. One-shot rounds take one step; a two-shot all-reduce round takes two
+// bits. One-shot rounds take one step; a two-shot round takes two
 // (reduce-scatter: each rank reduces its slice; all-gather: the reduced slices).
 // Steps are numbered by a count in device memory, so CUDA graph replays advance
 // it, and slots alternate by its parity: a full barrier per step makes that safe
@@ -38,13 +38,14 @@ struct KernelColl {
   static constexpr int kMaxBlocks = 32;
   // Flags: [block][source rank] words, at the start of each region; slots after.
   static constexpr size_t kFlagBytes = 4096;
-  enum Coll : int { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kReduce, kAllReduceTwoShot };
+  enum Coll : int { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kReduce };
   // What the error word holds: why << 8 | the rank waited for.
   enum Why : uint32_t { kStopped = 1, kTimedOut = 2 };
 
   int coll = kAllReduce;
   int rank = 0, n = 1, root = 0;
   int blocks = 1;
+  bool split = false;  // two-shot rounds (all-reduce, broadcast, reduce): a slice per rank, two steps
   ncclDataType_t type = ncclFloat32;
   int es = 4;  // bytes per element
   ReduceOp op;
@@ -67,7 +68,7 @@ struct KernelColl {
   }
   // Bytes of the region each rank needs for `n` ranks and slots of `slotBytes`.
   static constexpr size_t regionBytes(int n, size_t slotBytes) { return kFlagBytes + 2 * n * slotBytes; }
-  STRATA_KERNEL_FN bool twoShot() const { return coll == kAllReduceTwoShot; }
+  STRATA_KERNEL_FN bool twoShot() const { return split; }
   // Elements of a slot each source fills per round: the round, or (two-shot) a slice of it.
   STRATA_KERNEL_FN size_t span() const { return twoShot() ? chunk / n : chunk; }
   // Steps (barriers) the kernel takes: what it adds to counter[0].
@@ -170,10 +171,12 @@ STRATA_KERNEL_FN inline bool oneShot(const KernelColl& k, P& p, int block, size_
   return true;
 }
 
-// A two-shot all-reduce round over [off, off + cnt), cut into a slice per rank.
-// Step 1: slice q of this rank's input into rank q's slot; this rank reduces its
-// own slice. Step 2: the reduced slice into every rank's slot; the others' slices
-// copied out.
+// A two-shot round over [off, off + cnt), cut into a slice per rank: step 1 puts
+// slice q in rank q's slot (every rank's for reductions, the root's for a
+// broadcast) and rank q reduces it; step 2 spreads each slice to the ranks that
+// want it (all of them; the root only, for a reduce, whose slices are written
+// straight into its slot). So each GPU moves about 2 (n - 1) / n of the data
+// rather than n - 1 times it, and the root of a broadcast or reduce is no funnel.
 template <class P>
 STRATA_KERNEL_FN inline bool twoShot(const KernelColl& k, P& p, int block, size_t off, size_t cnt, uint64_t seq) {
   size_t v = 16 / k.es, slice = ((cnt + k.n - 1) / k.n + v - 1) / v * v;
@@ -183,25 +186,37 @@ STRATA_KERNEL_FN inline bool twoShot(const KernelColl& k, P& p, int block, size_
     *b = minSize(q * slice + lo, cnt);
     *e = minSize(q * slice + hi, cnt);
   };
+  const bool bcast = k.coll == KernelColl::kBroadcast, toRoot = k.coll == KernelColl::kReduce;
   size_t b = 0, e = 0;
   for (int q = 0; q < k.n; ++q) {
     part(q, &b, &e);
-    p.prepare(k.slot(q, seq, k.rank) + lo * k.es, k.send + (off + b) * k.es, e - b);
+    if (!bcast) p.prepare(k.slot(q, seq, k.rank) + lo * k.es, k.send + (off + b) * k.es, e - b);
+    else if (k.rank == k.root && q != k.root) p.copy(k.slot(q, seq, k.root) + lo * k.es, k.send + (off + b) * k.es, e - b);
   }
   if (!barrier(k, p, block, seq)) return false;
-  const char* in[KernelColl::kMaxRanks] = {};
-  for (int s = 0; s < k.n; ++s) in[s] = k.slot(k.rank, seq, s) + lo * k.es;
   part(k.rank, &b, &e);
-  char* mine = k.recv + (off + b) * k.es;
-  p.reduce(mine, in, k.n, e - b);
-  p.barrierOr(0);  // the block's reduced slice, whole, before it is read back
-  for (int q = 0; q < k.n; ++q)
-    if (q != k.rank) p.copy(k.slot(q, seq + 1, k.rank) + lo * k.es, mine, e - b);
+  const char* mine = nullptr;  // this rank's finished slice
+  if (bcast) {
+    mine = k.rank == k.root ? k.send + (off + b) * k.es : k.slot(k.rank, seq, k.root) + lo * k.es;
+  } else {
+    const char* in[KernelColl::kMaxRanks] = {};
+    for (int s = 0; s < k.n; ++s) in[s] = k.slot(k.rank, seq, s) + lo * k.es;
+    char* to = !toRoot || k.rank == k.root ? k.recv + (off + b) * k.es : k.slot(k.root, seq + 1, k.rank) + lo * k.es;
+    p.reduce(to, in, k.n, e - b);
+    mine = to;
+    p.barrierOr(0);  // the block's reduced slice, whole, before it is read back
+  }
+  for (int q = 0; q < k.n && !toRoot; ++q)
+    if (q != k.rank && !(bcast && q == k.root)) p.copy(k.slot(q, seq + 1, k.rank) + lo * k.es, mine, e - b);
+  if (bcast && k.rank != k.root) p.copy(k.recv + (off + b) * k.es, mine, e - b);
   if (!barrier(k, p, block, seq + 1)) return false;
+  if (toRoot && k.rank != k.root) return true;
+  const bool own = bcast && k.rank == k.root;  // the root of a broadcast copies its own input
   for (int q = 0; q < k.n; ++q) {
-    if (q == k.rank) continue;
+    if (q == k.rank && !own) continue;
     part(q, &b, &e);
-    p.copy(k.recv + (off + b) * k.es, k.slot(k.rank, seq + 1, q) + lo * k.es, e - b);
+    const char* from = own ? k.send + (off + b) * k.es : k.slot(k.rank, seq + 1, q) + lo * k.es;
+    if (!own || k.send != k.recv) p.copy(k.recv + (off + b) * k.es, from, e - b);
   }
   return true;
 }

@@ -262,9 +262,19 @@ struct VirtualRank {
   ~VirtualRank() { device::streamDestroy(stream); }
 };
 
-// `graphs`: each rank's kernel is captured once, in a CUDA graph, and every later
-// operation replays it (the step counter in device memory moves the slots along).
-std::string virtualRanks(int n, int coll, size_t count, int ops, bool graphs = false) {
+// What rank r's output holds at element i after operation `op` (rank q's input is
+// (q + 1) * (op + 1) everywhere; the root is the last rank).
+float virtualWant(int coll, int n, size_t i, size_t count, int op) {
+  using K = device::KernelColl;
+  if (coll == K::kAllGather) return static_cast<float>((i / count + 1) * (op + 1));
+  if (coll == K::kBroadcast) return static_cast<float>(n * (op + 1));
+  return static_cast<float>(n * (n + 1) / 2 * (op + 1));
+}
+
+// `split`: two-shot rounds. `graphs`: each rank's kernel is captured once, in a CUDA
+// graph, and every later operation replays it (the step counter in device memory
+// moves the slots along).
+std::string virtualRanks(int n, int coll, bool split, size_t count, int ops, bool graphs = false) {
   const size_t slot = 512 << 10, bytes = count * sizeof(float) * (coll == device::KernelColl::kAllGather ? n : 1);
   auto* words = static_cast<uint32_t*>(device::pinnedAlloc(8));
   words[0] = words[1] = 0;
@@ -281,8 +291,10 @@ std::string virtualRanks(int n, int coll, size_t count, int ops, bool graphs = f
       }
       device::KernelColl k;
       k.coll = coll;
+      k.split = split;
       k.rank = r;
       k.n = n;
+      k.root = n - 1;
       k.type = ncclFloat32;
       k.es = 4;
       k.send = static_cast<const char*>(ranks[r]->in.p);
@@ -305,11 +317,11 @@ std::string virtualRanks(int n, int coll, size_t count, int ops, bool graphs = f
     for (int r = 0; r < n; ++r) device::streamSynchronize(ranks[r]->stream);
     if (words[1]) err = "a kernel gave up: error word " + std::to_string(words[1]);
     for (int r = 0; r < n && err.empty(); ++r) {
+      if (coll == device::KernelColl::kReduce && r != n - 1) continue;  // only the root has a result
       std::vector<float> got(bytes / sizeof(float));
       device::copySync(got.data(), ranks[r]->out.p, bytes);
       for (size_t i = 0; i < got.size() && err.empty(); ++i) {
-        float want = coll == device::KernelColl::kAllGather ? static_cast<float>((i / count + 1) * (op + 1))
-                                                            : static_cast<float>(n * (n + 1) / 2 * (op + 1));
+        float want = virtualWant(coll, n, i, count, op);
         if (got[i] != want)
           err = "op " + std::to_string(op) + ", rank " + std::to_string(r) + ", element " + std::to_string(i) + ": " +
                 std::to_string(got[i]) + ", expected " + std::to_string(want);
@@ -328,12 +340,14 @@ TEST(KernelCollProtocol, VirtualRanksOnOneGpu) {
   auto results = runRanks(Mode::kThreads, 1, [](int, int, const ncclUniqueId&) -> std::string {
     device::setCurrentDevice(0);
     using K = device::KernelColl;
-    std::string err = virtualRanks(2, K::kAllReduce, 3001, 3);                   // one round, one block
-    if (err.empty()) err = virtualRanks(2, K::kAllReduce, (1 << 20) + 3, 2);     // 9 rounds of 32 blocks
-    if (err.empty()) err = virtualRanks(4, K::kAllReduceTwoShot, 300001, 3);     // two-shot, 19 blocks
-    if (err.empty()) err = virtualRanks(3, K::kAllGather, 70001, 2);
-    if (err.empty()) err = virtualRanks(2, K::kAllReduce, 5000, 4, true);       // captured once, replayed
-    if (err.empty()) err = virtualRanks(4, K::kAllReduceTwoShot, 300001, 3, true);
+    std::string err = virtualRanks(2, K::kAllReduce, false, 3001, 3);                // one round, one block
+    if (err.empty()) err = virtualRanks(2, K::kAllReduce, false, (1 << 20) + 3, 2);  // 9 rounds of 32 blocks
+    if (err.empty()) err = virtualRanks(4, K::kAllReduce, true, 300001, 3);          // two-shot, 19 blocks
+    if (err.empty()) err = virtualRanks(3, K::kAllGather, false, 70001, 2);
+    if (err.empty()) err = virtualRanks(4, K::kBroadcast, true, 300001, 2);          // root 3 scatters, all spread
+    if (err.empty()) err = virtualRanks(3, K::kReduce, true, 300001, 2);             // slices reduced into root 2
+    if (err.empty()) err = virtualRanks(2, K::kAllReduce, false, 5000, 4, true);    // captured once, replayed
+    if (err.empty()) err = virtualRanks(4, K::kAllReduce, true, 300001, 3, true);
     return err;
   }, 120);
   EXPECT_EQ(failures(results), "");

@@ -138,6 +138,17 @@ TEST(Reduce, PreMultiplyScalesOnlyTheLocalInput) {
   EXPECT_EQ(out, (std::vector<double>{0.75, -2.0}));
 }
 
+// Integer scalars wrap as the sums do (two's complement), never overflow (UBSan).
+TEST(Reduce, IntegerPreMultiplyWraps) {
+  ReduceOp op;
+  op.preMultiply = true;
+  op.scalarI = 4;
+  std::vector<int32_t> out(2), in{0x40000000, -3};
+  prepare(out.data(), in.data(), 2, ncclInt32, op);
+  EXPECT_EQ(out, (std::vector<int32_t>{0, -12}));
+  EXPECT_EQ(run<int32_t>(op, ncclInt32, {1, 2}, {0x40000001, 5}), (std::vector<int32_t>{5, 22}));
+}
+
 TEST(Reduce, AvgDividesTheFinalSum) {
   ReduceOp op;
   op.postDivide = 4;
