@@ -59,6 +59,7 @@ struct Config {
   int cudaMaxConnections = 8;               // CUDA_DEVICE_MAX_CONNECTIONS: simulated GPUs share this many hardware queues per device
   bool gpuSimStrict = false;                // STRATA_GPU_SIM_STRICT=1: CUDA calls on a thread with no device set fail
   bool gpuSimJitter = false;                // STRATA_GPU_SIM_JITTER=1: simulated kernels pause at random between steps
+  bool gpuSimWeak = false;                  // STRATA_GPU_SIM_WEAK=1: simulated kernels publish stores to peers only at fences
   int spinCount = 2000;                     // STRATA_SPIN: polls before a waiting rank yields, then sleeps
   std::string netPlugin;                    // NCCL_NET_PLUGIN: net plugins to load (name, file, path; comma list;
   bool netPluginSet = false;                //   "none"); unset: libnccl-net.so if there is one
