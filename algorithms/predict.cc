@@ -2,6 +2,7 @@
 
 #include "algorithms/algorithm.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/error.h"
@@ -31,8 +32,11 @@ std::string boundOf(const Plan& plan, const TuneRequest& r, const Prediction& p)
   noLatency.intra.latencyUs = noLatency.net.latencyUs = noLatency.launchUs = 0;
   freeIntra.intra.bandwidthGBps *= 1e6;
   freeNet.net.bandwidthGBps *= 1e6;
-  double lat = t - costOf(noLatency, p), intra = t - costOf(freeIntra, p);
-  double net = r.nodes > 1 ? t - costOf(freeNet, p) : 0;
+  double intra = t - costOf(freeIntra, p), net = r.nodes > 1 ? t - costOf(freeNet, p) : 0;
+  double lat = t - costOf(noLatency, p);
+  // On one node what no bandwidth saves is latency too (a device kernel's launch and
+  // steps are constants). Across nodes freeing one link alone may save nothing.
+  if (r.nodes == 1) lat = std::max(lat, t - intra);
   if (lat >= intra && lat >= net) return "latency";
   if (net > intra) return format("network (%.1f GB/s per node)", r.net.bandwidthGBps);
   return plan.gpus ? plan.ringBottleneck : "host memory copies";
@@ -88,6 +92,27 @@ std::vector<Prediction> predictAll(const Plan& plan, int nodes, const std::strin
       } catch (const Error&) {  // the lists exclude every algorithm for this collective
         if (algo.empty() && proto.empty()) throw;
       }
+    }
+  return out;
+}
+
+bool deviceDriven(const Plan& plan, int nodes) {
+  std::vector<int> d = plan.devices;
+  std::sort(d.begin(), d.end());
+  bool own = std::unique(d.begin(), d.end()) == d.end();
+  return plan.gpus && !plan.staged && nodes == 1 && own && d.size() > 1;
+}
+
+std::vector<Prediction> predictDevicePath(const Plan& plan) {
+  std::vector<Prediction> out;
+  if (!deviceDriven(plan, 1)) return out;
+  for (Collective c : {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter,
+                       Collective::kBroadcast, Collective::kReduce, Collective::kAllToAll})
+    for (size_t b : predictionSizes()) {
+      TuneRequest r = requestFor(plan, 1, c, b);
+      r.deviceBuffers = r.streamOrdered = r.ownGpus = true;
+      Choice unused;
+      if (tryChoose(r, "", "", &unused)) out.push_back(predict(plan, r));
     }
   return out;
 }

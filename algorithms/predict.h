@@ -35,6 +35,13 @@ Prediction predict(const topology::Plan& plan, int nodes, Collective coll, size_
 std::vector<Prediction> predictAll(const topology::Plan& plan, int nodes, const std::string& algo = "",
                                    const std::string& proto = "");
 
+// Whether a communicator on this plan runs collectives on device buffers with the
+// device-driven kernels (DeviceOneShot): one node, GPUs with peer access on every
+// ring hop, each rank its own GPU, 2 to 8 ranks. Else they go through the proxy.
+bool deviceDriven(const topology::Plan& plan, int nodes);
+// What those kernels take per collective and size (empty when !deviceDriven).
+std::vector<Prediction> predictDevicePath(const topology::Plan& plan);
+
 // One row of strata-topo's predictions table; a communicator logs the same line
 // under NCCL_DEBUG_SUBSYS=TUNING.
 std::string predictionHeader();

@@ -62,7 +62,11 @@ const char* protocolName(Protocol p) { return p == Protocol::kLL ? "LL" : "Simpl
 
 const char* Choice::name() const { return algorithm ? algorithm->name() : ""; }
 
-double costOf(const Algorithm& a, Protocol p, const TuneRequest& req) { return req.launchUs + a.costUs(req, p); }
+// launchUs is the proxy path's fixed cost (NCCL's base latency on GPUs); a
+// stream-ordered algorithm is one kernel launch, which its own cost counts.
+double costOf(const Algorithm& a, Protocol p, const TuneRequest& req) {
+  return (a.streamOrdered() ? 0 : req.launchUs) + a.costUs(req, p);
+}
 
 Choice choose(const TuneRequest& req, const std::string& algoSpec, const std::string& protoSpec) {
   Choice best;

@@ -24,7 +24,7 @@ struct TuneRequest {
   LinkModel intra;       // between ranks of one node (per rank)
   LinkModel net;         // across nodes: per node link, shared by the node's ranks
   bool sharedMemory = false;  // every rank maps every other rank's memory: LL is possible
-  double launchUs = 0;        // fixed cost of any operation (a kernel launch on GPUs); same for all choices
+  double launchUs = 0;        // fixed cost of a proxied operation on GPUs (not of stream-ordered kernels)
   bool deviceBuffers = false;  // the operation's buffers are device memory
   bool streamOrdered = false;  // enqueued by the caller's thread on the caller's stream, no proxy (device-driven kernels)
   bool ownGpus = false;        // every rank drives a GPU no other rank of the communicator uses
@@ -56,7 +56,7 @@ Choice choose(const TuneRequest& req, const std::string& algoSpec, const std::st
 // The same, false instead of throwing when nothing is left.
 bool tryChoose(const TuneRequest& req, const std::string& algoSpec, const std::string& protoSpec, Choice* out);
 
-// The cost model of one algorithm and protocol on a request (fixed launch cost included).
+// The cost model of one algorithm and protocol on a request (fixed cost included).
 double costOf(const Algorithm& a, Protocol p, const TuneRequest& req);
 
 }  // namespace strata::algorithms

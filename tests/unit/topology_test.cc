@@ -291,6 +291,43 @@ TEST(TopologyPredict, LargeAllReduceWithinFifteenPercentOfPublished) {
     EXPECT_EQ(predict(planOf(name), 1, Collective::kAllReduce, size_t{1} << 30).algorithm, "Ring") << name;
 }
 
+// The device-driven path (device buffers on one node, one rank per GPU): one
+// kernel and no proxy, so a small all-reduce is a launch and one flag round trip
+// (NCCL's own model gives about 15 us for 8 B on 8x H100 with LL), and a large one
+// moves 2 (n - 1) / n of the data through each GPU with a barrier per round.
+TEST(TopologyPredict, DeviceDrivenPathOnOneNode) {
+  Plan h100 = planOf("h100");
+  PlanOptions shared;
+  shared.ranksPerNode = 16;
+  EXPECT_TRUE(algorithms::deviceDriven(h100, 1));
+  EXPECT_FALSE(algorithms::deviceDriven(h100, 2));                // across nodes: the proxy
+  EXPECT_FALSE(algorithms::deviceDriven(planOf("rtx4090"), 1));   // no P2P: staged through host memory
+  EXPECT_FALSE(algorithms::deviceDriven(planOf("h100", shared), 1));  // ranks share GPUs
+  EXPECT_TRUE(algorithms::predictDevicePath(planOf("rtx4090")).empty());
+  auto find = [](const std::vector<Prediction>& ps, Collective c, size_t bytes) {
+    for (const Prediction& p : ps)
+      if (p.coll == c && p.bytes == bytes) return p;
+    ADD_FAILURE() << collectiveName(c) << " " << bytes << " missing";
+    return Prediction{};
+  };
+  std::vector<Prediction> d = algorithms::predictDevicePath(h100);
+  for (const Prediction& p : d) EXPECT_NE(p.coll, Collective::kAllToAll);
+  Prediction small = find(d, Collective::kAllReduce, 8);
+  EXPECT_EQ(small.algorithm, "DeviceOneShot");
+  EXPECT_LT(small.us, 15.0);
+  EXPECT_EQ(small.bound, "latency");
+  Prediction big = find(d, Collective::kAllReduce, size_t{1} << 30);
+  EXPECT_GT(big.busbwGBps, 0.75 * h100.ringGBps);
+  EXPECT_LT(big.busbwGBps, predict(h100, 1, Collective::kAllReduce, size_t{1} << 30, "Ring").busbwGBps);
+  // Two-shot: the root of a broadcast sends each byte about twice, not n - 1 times.
+  EXPECT_GT(find(d, Collective::kBroadcast, size_t{1} << 30).busbwGBps, 0.45 * h100.ringGBps);
+  EXPECT_GT(find(d, Collective::kReduce, size_t{1} << 30).busbwGBps, 0.45 * h100.ringGBps);
+  EXPECT_NE(textReport("h100", preset("h100"), h100, 1, predictAll(h100, 1)).find("== Device-driven path"),
+            std::string::npos);
+  EXPECT_EQ(textReport("h100", preset("h100"), h100, 2, predictAll(h100, 2)).find("== Device-driven path"),
+            std::string::npos);
+}
+
 TEST(TopologyPredict, ReducedNvlinkPartsGetTheirOwnPlan) {
   Plan a100 = planOf("a100"), a800 = planOf("a800");
   std::vector<Prediction> pa = predictAll(a100, 2), pb = predictAll(a800, 2);

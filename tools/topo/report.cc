@@ -79,6 +79,18 @@ std::string jsonString(const std::string& s) {
   return out + "\"";
 }
 
+void writePredictions(std::ostringstream& os, const std::vector<Prediction>& preds) {
+  os << "[";
+  for (size_t i = 0; i < preds.size(); ++i) {
+    const Prediction& p = preds[i];
+    os << (i ? ",\n  " : "\n  ") << "{\"collective\": " << jsonString(collectiveName(p.coll)) << ", \"bytes\": " << p.bytes
+       << ", \"algorithm\": " << jsonString(p.algorithm) << ", \"protocol\": " << jsonString(p.protocol)
+       << ", \"time_us\": " << format("%.3f", p.us) << ", \"algbw_gbps\": " << format("%.3f", p.algbwGBps)
+       << ", \"busbw_gbps\": " << format("%.3f", p.busbwGBps) << ", \"bound\": " << jsonString(p.bound) << "}";
+  }
+  os << "]";
+}
+
 }  // namespace
 
 std::string textReport(const std::string& source, const System& sys, const Plan& plan, int nodes,
@@ -94,6 +106,11 @@ std::string textReport(const std::string& source, const System& sys, const Plan&
   os << "\n== Predictions ==\n";
   os << predictionHeader() << "\n";
   for (const Prediction& p : preds) os << predictionLine(p) << "\n";
+  std::vector<Prediction> device = nodes == 1 ? predictDevicePath(plan) : std::vector<Prediction>{};
+  if (device.empty()) return os.str();
+  os << "\n== Device-driven path (device buffers, one rank per GPU: one kernel per collective, no proxy) ==\n";
+  os << predictionHeader() << "\n";
+  for (const Prediction& p : device) os << predictionLine(p) << "\n";
   return os.str();
 }
 
@@ -135,15 +152,11 @@ std::string jsonReport(const std::string& source, const System& sys, const Plan&
        << ", \"gbps\": " << format("%.2f", plan.railGBps[r]) << "}";
   os << "], \"notes\": [";
   for (size_t i = 0; i < plan.notes.size(); ++i) os << (i ? ", " : "") << jsonString(plan.notes[i]);
-  os << "]},\n \"predictions\": [";
-  for (size_t i = 0; i < preds.size(); ++i) {
-    const Prediction& p = preds[i];
-    os << (i ? ",\n  " : "\n  ") << "{\"collective\": " << jsonString(collectiveName(p.coll)) << ", \"bytes\": " << p.bytes
-       << ", \"algorithm\": " << jsonString(p.algorithm) << ", \"protocol\": " << jsonString(p.protocol)
-       << ", \"time_us\": " << format("%.3f", p.us) << ", \"algbw_gbps\": " << format("%.3f", p.algbwGBps)
-       << ", \"busbw_gbps\": " << format("%.3f", p.busbwGBps) << ", \"bound\": " << jsonString(p.bound) << "}";
-  }
-  os << "]}\n";
+  os << "]},\n \"predictions\": ";
+  writePredictions(os, preds);
+  os << ",\n \"device_predictions\": ";
+  writePredictions(os, nodes == 1 ? predictDevicePath(plan) : std::vector<Prediction>{});
+  os << "}\n";
   return os.str();
 }
 
