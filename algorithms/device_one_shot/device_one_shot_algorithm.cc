@@ -1,11 +1,13 @@
-// DeviceOneShot: collectives on device buffers between the GPUs of a node, one
-// kernel on the caller's stream and no host in the loop (device/kernel_coll.h has
-// the protocol). In rounds of up to a slot per source, each rank's kernel writes
-// its data into every peer's slot, raises a flag in each peer's region, waits for
-// the peers' flags in its own, then finishes from its own slots. An all-reduce,
-// broadcast or reduce of more than kTwoShotBytes on 3 or more ranks is two-shot
-// (each rank gathers, and reduces, a slice; then the slices are spread), so each
-// GPU moves about twice the data rather than n - 1 times it. One rank per GPU: kernels of ranks sharing a GPU
+// DeviceOneShot: every collective on device buffers between the GPUs of a node
+// (all-reduce, all-gather, reduce-scatter, broadcast, reduce, all-to-all, gather,
+// scatter), one kernel on the caller's stream and no host in the loop
+// (device/kernel_coll.h has the protocol). In rounds of up to a slot per source,
+// each rank's kernel writes its data into the peers' slots that need it, raises a
+// flag in each peer's region, waits for the peers' flags in its own, then finishes
+// from its own slots. An all-reduce, broadcast or reduce of more than
+// kTwoShotBytes on 3 or more ranks is two-shot (each rank gathers, and reduces, a
+// slice; then the slices are spread), so each GPU moves about twice the data
+// rather than n - 1 times it. One rank per GPU: kernels of ranks sharing a GPU
 // would wait for each other and need not be co-resident (nor, with
 // CUDA_DEVICE_MAX_CONNECTIONS=1, even started), so those keep the proxy.
 #include <algorithm>
@@ -56,8 +58,10 @@ struct KernelState {
   }
 };
 
+// What one rank contributes (or receives) per peer: nccl-tests' size over n where
+// one buffer holds a piece per rank.
 size_t pieceBytes(Collective c, size_t bytes, int nranks) {
-  return c == Collective::kAllGather || c == Collective::kReduceScatter ? bytes / nranks : bytes;
+  return traits(c).wide == Wide::kNone ? bytes : bytes / nranks;
 }
 
 bool twoShot(Collective c, size_t bytes, int nranks) {
@@ -71,6 +75,9 @@ int kernelColl(Collective c) {
     case Collective::kReduceScatter: return KernelColl::kReduceScatter;
     case Collective::kBroadcast: return KernelColl::kBroadcast;
     case Collective::kReduce: return KernelColl::kReduce;
+    case Collective::kAllToAll: return KernelColl::kAllToAll;
+    case Collective::kGather: return KernelColl::kGather;
+    case Collective::kScatter: return KernelColl::kScatter;
     default: return KernelColl::kAllReduce;
   }
 }
@@ -116,10 +123,7 @@ class LaunchTask final : public Task {
 class DeviceOneShot final : public Algorithm {
  public:
   const char* name() const override { return "DeviceOneShot"; }
-  bool serves(Collective c) const override {
-    return c == Collective::kAllReduce || c == Collective::kAllGather || c == Collective::kReduceScatter ||
-           c == Collective::kBroadcast || c == Collective::kReduce;
-  }
+  bool serves(Collective c) const override { return c != Collective::kSendRecv; }
   bool deviceMemory() const override { return true; }
   bool streamOrdered() const override { return true; }
   bool optional() const override { return true; }
@@ -127,7 +131,8 @@ class DeviceOneShot final : public Algorithm {
     return r.streamOrdered && r.ownGpus && r.nodes == 1 && r.nranks > 1 && r.nranks <= KernelColl::kMaxRanks;
   }
   // One-shot: every rank writes its piece to each of the n - 1 others over its links
-  // (a broadcast's root all of them; a reduce's root takes them all in), a step per
+  // (a broadcast's or scatter's root all of them; a reduce's or gather's root takes
+  // them all in), a step per
   // slot's worth. Two-shot: 2 (n - 1) / n of the data through the busiest GPU, two
   // steps per round. The fixed cost is the kernel's own launch (kLaunchUs), not the
   // proxy path's base latency (the tuner leaves that out for stream-ordered work).

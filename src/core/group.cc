@@ -74,11 +74,14 @@ void runHostOps(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
 
 // True when every operation of the group is a collective on device buffers, on one
 // stream, that a device-driven algorithm runs with kernels on that stream alone.
+// Only the buffers this rank uses count (NCCL ignores a non-root's reduce or gather
+// output, which may be null): every rank must decide alike.
 bool streamOrdered(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
   for (auto& [h, op] : ops) {
     if (op.kind != OpKind::kCollective || op.stream != ops.front().second.stream) return false;
-    if (!device::isDevicePointer(op.recvbuff) || (op.sendbuff && !device::isDevicePointer(op.sendbuff))) return false;
     Communicator& comm = readyComm(h, op.fn);
+    if (writesRecvBuffer(op, comm.rank()) && !device::isDevicePointer(op.recvbuff)) return false;
+    if (readsSendBuffer(op, comm.rank()) && !device::isDevicePointer(op.sendbuff)) return false;
     if (op.count > 0 && !comm.deviceCapable(opCollective(op), opBytes(op, comm.nranks()), true)) return false;
   }
   return true;

@@ -227,8 +227,9 @@ class SimGpus final : public GpuBackend {
     reaches(dev, name, k.counter);
     if (k.op.scalarAt) reaches(dev, name, k.op.scalarAt);
     if (k.count) {  // the buffers the collective uses on this rank
-      if (k.coll != KernelColl::kBroadcast || k.rank == k.root) reaches(dev, name, k.send);
-      if (k.coll != KernelColl::kReduce || k.rank == k.root) reaches(dev, name, k.recv);
+      bool root = k.rank == k.root;
+      if (root || (k.coll != KernelColl::kBroadcast && k.coll != KernelColl::kScatter)) reaches(dev, name, k.send);
+      if (root || (k.coll != KernelColl::kReduce && k.coll != KernelColl::kGather)) reaches(dev, name, k.recv);
     }
     // Its waits for peers hold the stream as a flag wait does: a free that synchronises
     // this device meanwhile is reported as the deadlock it can be.

@@ -38,7 +38,7 @@ struct KernelColl {
   static constexpr int kMaxBlocks = 32;
   // Flags: [block][source rank] words, at the start of each region; slots after.
   static constexpr size_t kFlagBytes = 4096;
-  enum Coll : int { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kReduce };
+  enum Coll : int { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kReduce, kAllToAll, kGather, kScatter };
   // What the error word holds: why << 8 | the rank waited for.
   enum Why : uint32_t { kStopped = 1, kTimedOut = 2 };
 
@@ -51,7 +51,8 @@ struct KernelColl {
   ReduceOp op;
   const char* send = nullptr;
   char* recv = nullptr;
-  size_t count = 0;      // elements of one rank's piece (the all-gather input, the reduce-scatter output, ...)
+  size_t count = 0;      // elements of one rank's piece (the all-gather input, the reduce-scatter output,
+                         // what an all-to-all sends each rank, ...)
   size_t chunk = 0;      // elements of the piece per round (a whole number of 16-byte vectors)
   size_t slotBytes = 0;  // a multiple of 16, at least a round's share of one source
   char* region[kMaxRanks] = {};  // each rank's region as this rank addresses it
@@ -141,16 +142,24 @@ STRATA_KERNEL_FN inline bool oneShot(const KernelColl& k, P& p, int block, size_
   size_t lo = 0, hi = 0;
   blockRange(k, block, cnt, &lo, &hi);
   size_t at = lo * k.es, data = (off + lo) * k.es, c = hi - lo, piece = k.count * k.es;
+  const bool root = k.rank == k.root;
   for (int q = 0; q < k.n; ++q) {
     char* to = k.slot(q, seq, k.rank) + at;
     switch (k.coll) {
       case KernelColl::kAllReduce: p.prepare(to, k.send + data, c); break;
       case KernelColl::kReduceScatter: p.prepare(to, k.send + q * piece + data, c); break;
       case KernelColl::kAllGather: p.copy(to, k.send + data, c); break;
+      case KernelColl::kAllToAll: p.copy(to, k.send + q * piece + data, c); break;
       case KernelColl::kBroadcast:
-        if (k.rank == k.root) p.copy(to, k.send + data, c);
+        if (root) p.copy(to, k.send + data, c);
         break;
-      default:
+      case KernelColl::kScatter:
+        if (root) p.copy(to, k.send + q * piece + data, c);
+        break;
+      case KernelColl::kGather:
+        if (q == k.root) p.copy(to, k.send + data, c);
+        break;
+      default:  // reduce
         if (q == k.root) p.prepare(to, k.send + data, c);
         break;
     }
@@ -159,12 +168,17 @@ STRATA_KERNEL_FN inline bool oneShot(const KernelColl& k, P& p, int block, size_
   const char* in[KernelColl::kMaxRanks] = {};
   for (int s = 0; s < k.n; ++s) in[s] = k.slot(k.rank, seq, s) + at;
   switch (k.coll) {
+    case KernelColl::kGather:
+      if (!root) break;
+      [[fallthrough]];
     case KernelColl::kAllGather:
+    case KernelColl::kAllToAll:
       for (int s = 0; s < k.n; ++s) p.copy(k.recv + s * piece + data, in[s], c);
       break;
-    case KernelColl::kBroadcast: p.copy(k.recv + data, in[k.root], c); break;
+    case KernelColl::kBroadcast:
+    case KernelColl::kScatter: p.copy(k.recv + data, in[k.root], c); break;
     case KernelColl::kReduce:
-      if (k.rank == k.root) p.reduce(k.recv + data, in, k.n, c);
+      if (root) p.reduce(k.recv + data, in, k.n, c);
       break;
     default: p.reduce(k.recv + data, in, k.n, c); break;
   }

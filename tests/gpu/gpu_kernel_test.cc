@@ -151,6 +151,35 @@ TEST(DeviceOneShotStreams, TheLegacyStreamToo) {
   EXPECT_EQ(failures(results), "");
 }
 
+// NCCL ignores a non-root's output of a reduce or gather, which may be null: those
+// ranks still take the kernel with the root (deciding by an unused pointer sent them
+// to the proxy while the root waited in its kernel).
+TEST(DeviceOneShotStreams, ANonRootsOutputMayBeNull) {
+  REQUIRE_GPUS(3);
+  auto results = runRanks(Mode::kThreads, 3, [](int rank, int n, const ncclUniqueId& id) -> std::string {
+    return onOwnGpu(rank, n, id, [&](ncclComm_t comm, cudaStream_t s) -> std::string {
+      const int root = 1;
+      DeviceBuffer in(kCount * sizeof(float)), out(n * kCount * sizeof(float));
+      put(in.p, inputOf(rank, 0));
+      void* dst = rank == root ? out.p : nullptr;
+      if (ncclReduce(in.p, dst, kCount, ncclFloat32, ncclSum, root, comm, s) != ncclSuccess) return "reduce refused";
+      device::streamSynchronize(s);
+      std::string err = rank == root ? checkSum(out.p, n, 0, "reduce") : "";
+      if (!err.empty()) return err;
+      if (ncclGather(in.p, dst, kCount, ncclFloat32, root, comm, s) != ncclSuccess) return "gather refused";
+      device::streamSynchronize(s);
+      if (rank != root) return "";
+      std::vector<float> got(n * kCount);
+      device::copySync(got.data(), out.p, got.size() * sizeof(float));
+      for (int q = 0; q < n; ++q)
+        if (std::vector<float>(got.begin() + q * kCount, got.begin() + (q + 1) * kCount) != inputOf(q, 0))
+          return "gather: rank " + std::to_string(q) + "'s piece differs";
+      return "";
+    });
+  }, 120);
+  EXPECT_EQ(failures(results), "");
+}
+
 // A communicator's calls alternate between two streams the caller never orders: its
 // kernels share the step count, flags and slots, so each waits for the one before.
 TEST(DeviceOneShotStreams, CallsOnTwoStreamsRunInCallOrder) {

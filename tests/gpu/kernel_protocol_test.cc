@@ -35,8 +35,14 @@ struct Case {
 float input(int q, size_t i, int op) { return static_cast<float>((i * 7 + q * 3 + op * 5) % 64); }
 
 float expected(const Case& s, int r, size_t i, int op) {
-  if (s.coll == KernelColl::kAllGather) return input(static_cast<int>(i / s.count), i % s.count, op);
-  if (s.coll == KernelColl::kBroadcast) return input(s.n - 1, i, op);
+  int from = static_cast<int>(i / s.count);
+  switch (s.coll) {
+    case KernelColl::kAllGather: case KernelColl::kGather: return input(from, i % s.count, op);
+    case KernelColl::kAllToAll: return input(from, r * s.count + i % s.count, op);
+    case KernelColl::kScatter: return input(s.n - 1, r * s.count + i, op);
+    case KernelColl::kBroadcast: return input(s.n - 1, i, op);
+    default: break;
+  }
   size_t at = s.coll == KernelColl::kReduceScatter ? r * s.count + i : i;
   float sum = 0;
   for (int q = 0; q < s.n; ++q) sum += input(q, at, op);
@@ -48,7 +54,10 @@ float expected(const Case& s, int r, size_t i, int op) {
 template <class P>
 std::string run(const Case& s, bool weak, int ops) {
   const size_t slot = 4096;
-  const bool gathers = s.coll == KernelColl::kAllGather, scatters = s.coll == KernelColl::kReduceScatter;
+  const bool gathers = s.coll == KernelColl::kAllGather || s.coll == KernelColl::kGather ||
+                       s.coll == KernelColl::kAllToAll;
+  const bool scatters = s.coll == KernelColl::kReduceScatter || s.coll == KernelColl::kScatter ||
+                        s.coll == KernelColl::kAllToAll;
   const size_t inCount = scatters ? s.count * s.n : s.count, outCount = gathers ? s.count * s.n : s.count;
   std::vector<std::vector<uint64_t>> regions(s.n, std::vector<uint64_t>(KernelColl::regionBytes(s.n, slot) / 8));
   std::vector<std::vector<uint64_t>> counters(s.n, std::vector<uint64_t>(2));
@@ -85,7 +94,8 @@ std::string run(const Case& s, bool weak, int ops) {
     for (std::thread& t : ranks) t.join();
     if (words[1]) return "a block gave up: error word " + std::to_string(words[1]);
     for (int r = 0; r < s.n; ++r) {
-      if (s.coll == KernelColl::kReduce && r != s.n - 1) continue;  // only the root has a result
+      bool rootOnly = s.coll == KernelColl::kReduce || s.coll == KernelColl::kGather;
+      if (rootOnly && r != s.n - 1) continue;  // only the root has a result
       for (size_t i = 0; i < outCount; ++i)
         if (out[r][i] != expected(s, r, i, op))
           return "op " + std::to_string(op) + ", rank " + std::to_string(r) + ", element " + std::to_string(i) +
@@ -100,6 +110,8 @@ const Case kCases[] = {
     {KernelColl::kAllGather, 3, false, 3001},     {KernelColl::kReduceScatter, 4, false, 3001},
     {KernelColl::kBroadcast, 2, false, 5000},     {KernelColl::kBroadcast, 4, true, 20011},
     {KernelColl::kReduce, 3, false, 5000},        {KernelColl::kReduce, 3, true, 20011},
+    {KernelColl::kAllToAll, 4, false, 3001},      {KernelColl::kGather, 3, false, 3001},
+    {KernelColl::kScatter, 4, false, 3001},
 };
 
 std::string name(const Case& s) {

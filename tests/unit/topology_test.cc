@@ -311,7 +311,7 @@ TEST(TopologyPredict, DeviceDrivenPathOnOneNode) {
     return Prediction{};
   };
   std::vector<Prediction> d = algorithms::predictDevicePath(h100);
-  for (const Prediction& p : d) EXPECT_NE(p.coll, Collective::kAllToAll);
+  EXPECT_EQ(find(d, Collective::kAllToAll, 8).algorithm, "DeviceOneShot");
   Prediction small = find(d, Collective::kAllReduce, 8);
   EXPECT_EQ(small.algorithm, "DeviceOneShot");
   EXPECT_LT(small.us, 15.0);
