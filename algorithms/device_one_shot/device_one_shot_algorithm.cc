@@ -16,6 +16,7 @@
 
 #include "algorithms/algorithm.h"
 #include "algorithms/common/cost_model.h"
+#include "algorithms/common/kernel_task.h"
 #include "base/config.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -38,25 +39,9 @@ constexpr size_t kTwoShotBytes = 256 << 10;
 constexpr size_t kBlockBytes = 16 << 10;
 constexpr uint64_t kRegion = linkId("device.oneshot");
 
-// Per communicator: the step count in device memory, and the stream of the last
-// kernel with an event after it. A communicator's kernels share the count, flags
-// and slots, so they must run one at a time: a kernel on another stream than the
-// last one waits for that event (as NCCL orders a communicator's work across
-// streams).
-struct KernelState {
-  uint64_t* words = nullptr;  // KernelColl::counter
-  uint32_t* hostWords = nullptr;  // the communicator's stop and error words, as kernels address them
-  void* event = nullptr;
-  void* lastStream = nullptr;
-  ~KernelState() {
-    try {
-      if (words) device::gpuFree(words);
-      if (event) device::eventDestroy(event);
-    } catch (const Error& e) {
-      STRATA_WARN(-1, "DeviceOneShot: freeing the step counter: %s", e.what());
-    }
-  }
-};
+// Per communicator: the step count in device memory (KernelColl::counter), the
+// event that orders its kernels across streams (kernel_task.h).
+struct CollState : KernelState {};
 
 // What one rank contributes (or receives) per peer: nccl-tests' size over n where
 // one buffer holds a piece per rank.
@@ -81,44 +66,6 @@ int kernelColl(Collective c) {
     default: return KernelColl::kAllReduce;
   }
 }
-
-// Enqueues the kernel at its first progress (on the caller's thread and stream).
-// Across streams it is ordered after the communicator's previous kernel; inside a
-// graph capture it is not (the capture cannot wait for work outside it): a graph
-// must capture a communicator's operations on one stream.
-class LaunchTask final : public Task {
- public:
-  LaunchTask(const char* fn, KernelColl k, void* stream, int device, KernelState* state)
-      : fn_(fn), k_(k), stream_(stream), device_(device), state_(state) {}
-  bool progress() override {
-    if (launched_) return false;
-    device::OnDevice on(device_);
-    launch();
-    return launched_ = true;
-  }
-  bool done() const override { return launched_; }
-  int waitingOn() const override { return -1; }
-  bool peerAborted() const override { return false; }
-  const char* fn() const override { return fn_; }
-
- private:
-  void launch() {
-    bool captured = stream_ != device::kLegacyStream && device::streamCapturing(stream_);
-    if (!captured && state_->lastStream && state_->lastStream != stream_)
-      device::streamWaitEvent(stream_, state_->event);
-    device::launchKernelColl(k_, stream_);
-    if (captured) return;
-    device::eventRecord(state_->event, stream_);
-    state_->lastStream = stream_;
-  }
-
-  const char* fn_;
-  KernelColl k_;
-  void* stream_;
-  int device_;
-  KernelState* state_;
-  bool launched_ = false;
-};
 
 class DeviceOneShot final : public Algorithm {
  public:
@@ -146,25 +93,12 @@ class DeviceOneShot final : public Algorithm {
 
   // Each rank's region, mapped by every peer, and the operation counter.
   bool warmUp(PlanContext& ctx) const override {
-    const RankLayout& l = ctx.layout();
-    if (l.nranks < 2 || l.nranks > KernelColl::kMaxRanks || ctx.device() < 0) return false;
-    for (int a = 0; a < l.nranks; ++a)
-      for (int b = 0; b < l.nranks; ++b)
-        if (a != b && !ctx.reachable(a, b, transport::kDeviceMemory)) return false;
+    if (!devicePeers(ctx, KernelColl::kMaxRanks)) return false;
     needRegions(ctx);
-    KernelState& c = ctx.state<KernelState>();
-    if (!c.words) {  // each piece once, even when a step throws and a later warm-up retries
+    CollState& c = ctx.state<CollState>();
+    if (!c.ready()) {
       device::OnDevice on(ctx.device());
-      if (!c.event) c.event = device::eventCreate();
-      c.hostWords = static_cast<uint32_t*>(device::mappedPointer(ctx.deviceWords()));
-      auto* words = static_cast<uint64_t*>(device::gpuAlloc(2 * sizeof(uint64_t)));
-      try {
-        device::memsetSync(words, 0, 2 * sizeof(uint64_t));
-      } catch (const Error&) {
-        device::gpuFree(words);
-        throw;
-      }
-      c.words = words;
+      c.init(2, ctx.deviceWords());
     }
     return true;
   }
@@ -186,26 +120,26 @@ class DeviceOneShot final : public Algorithm {
     k.count = op.count;
     k.slotBytes = kSlotBytes;
     k.shapeRounds(kBlockBytes);
-    KernelState* state = &ctx.state<KernelState>();
-    k.counter = state->words;
-    k.stop = state->hostWords;
-    k.error = state->hostWords + 1;
-    k.timeoutNs = config().timeoutSec < 1.8e10 ? static_cast<uint64_t>(config().timeoutSec * 1e9) : UINT64_MAX;
+    CollState* state = &ctx.state<CollState>();
+    k.counter = state->words();
+    k.stop = state->stopWord();
+    k.error = state->errorWord();
+    k.timeoutNs = kernelTimeoutNs(config().timeoutSec);
     ctx.addTask({kRegion, 0}, [k, fn = op.fn, stream = ctx.deviceStream(), dev = ctx.device(), state](Links& ln) mutable {
       for (int r = 0; r < k.n; ++r)
         if (r != k.rank) {
           k.region[r] = static_cast<char*>(ln.regionOut({r, kRegion}).data);
           k.region[k.rank] = static_cast<char*>(ln.regionIn({r, kRegion}).data);
         }
-      return std::make_unique<LaunchTask>(fn, k, stream, dev, state);
+      return std::make_unique<KernelTask>(fn, dev, [k, stream, state] {
+        state->launch(stream, [&] { device::launchKernelColl(k, stream); });
+      });
     });
   }
 
  private:
   static void needRegions(PlanContext& ctx) {
-    const RankLayout& l = ctx.layout();
-    for (int j = 0; j < l.nranks; ++j)
-      if (j != l.rank) ctx.needRegion({j, kRegion}, KernelColl::regionBytes(l.nranks, kSlotBytes), true);
+    needPeerRegions(ctx, kRegion, KernelColl::regionBytes(ctx.layout().nranks, kSlotBytes));
   }
 };
 
