@@ -50,7 +50,9 @@ for stage in $stages; do
       (cd build-tsan && STRATA_GPU_SIM=1 STRATA_GPU_SIM_STRICT=1 NCCL_P2P_DISABLE=1 timeout 900 tests/gpu_test \
         --gtest_filter='OneGpu/GpuCollectives.*threads_2ranks:OneGpu/GpuCollectives.*threads_4ranks')
       (cd build-tsan && STRATA_GPU_SIM=4 STRATA_GPU_SIM_STRICT=1 timeout 900 tests/gpu_test \
-        --gtest_filter='Spread/ManyGpus.ExactResults*threads*:Spread/ManyGpus.ExactAcross*threads_2ranks:Ranks/DeviceOneShot.*threads*:DeviceOneShotFaults.*:DeviceOneShotStreams.*')
+        --gtest_filter='Spread/ManyGpus.ExactResults*threads*:Spread/ManyGpus.ExactAcross*threads_2ranks:Ranks/DeviceOneShot.*threads*:Ranks/DeviceOneShotP2p.*threads*:DeviceOneShotFaults.*:DeviceOneShotStreams.*')
+      # the protocols alone on host threads, weak memory included
+      (cd build-tsan && timeout 600 tests/gpu_test --gtest_filter='KernelCollProtocol.Exact*:KernelCollProtocol.Weak*:KernelP2pProtocol.*')
     fi
   fi
   echo "== stage $stage: $((SECONDS - start)) s"

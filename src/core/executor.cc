@@ -53,9 +53,10 @@ void Executor::add(Communicator& comm, const OpDesc& op) {
   c.root = op.root;
   if (reduces(op)) c.op = comm.redops().opFor(op, streamOrdered_);  // a kernel reads a device scalar itself
   c.bytes = opBytes(op, comm.nranks());
-  // Device-memory algorithms for collectives; a send or receive on device memory is
+  // Device-memory algorithms for collectives, and for sends and receives when they
+  // run as kernels on the caller's stream; else a send or receive on device memory is
   // point-to-point work as on host memory, its data moved by GPUDirect RDMA puts.
-  bool device = deviceStream_ && c.kind == algorithms::CollectiveOp::Kind::kCollective &&
+  bool device = deviceStream_ && (c.kind == algorithms::CollectiveOp::Kind::kCollective || streamOrdered_) &&
                 (streamOrdered_ || device::isDevicePointer(op.sendbuff) || device::isDevicePointer(op.recvbuff));
   // The tuner's choice; throws when NCCL_ALGO / NCCL_PROTO exclude every candidate.
   algorithms::Choice choice = comm.choose(c.coll, c.bytes, device, device && streamOrdered_);

@@ -10,6 +10,7 @@
 
 #include "device/cpu_reduce.h"
 #include "device/kernel_coll.h"
+#include "device/kernel_p2p.h"
 
 namespace strata::device {
 
@@ -54,6 +55,8 @@ inline void* const kLegacyStream = reinterpret_cast<void*>(1);
 // The device-driven collective kernel (kernel_coll.h), enqueued on `stream` on the
 // current device.
 void launchKernelColl(const KernelColl& k, void* stream);
+// The device-driven point-to-point kernel (kernel_p2p.h), likewise.
+void launchKernelP2p(const KernelP2p& k, void* stream);
 // The address a kernel uses for memory from pinnedAlloc.
 void* mappedPointer(void* pinned);
 // Events (cudaEventRecord / cudaStreamWaitEvent, no timing): eventRecord marks the

@@ -10,6 +10,7 @@
 
 #include "device/cpu_reduce.h"
 #include "device/kernel_coll.h"
+#include "device/kernel_p2p.h"
 
 namespace strata::device {
 
@@ -61,6 +62,8 @@ class GpuBackend {
   virtual bool enablePeerAccess(int peer, std::string* why) = 0;
   // The device-driven collective kernel (kernel_coll.h) on `stream`.
   virtual void kernelColl(const KernelColl& k, void* stream) = 0;
+  // The device-driven point-to-point kernel (kernel_p2p.h) on `stream`.
+  virtual void kernelP2p(const KernelP2p& k, void* stream) = 0;
   // The address kernels use for pinned host memory from pinnedAlloc.
   virtual void* mappedPointer(void* pinned) = 0;
   // CUDA graphs: capture `stream` (global mode) from graphBegin to graphEnd, which

@@ -9,6 +9,7 @@
 #include "device/gpu_format.cuh"
 #include "device/gpu_kernels.h"
 #include "device/kernel_coll.h"
+#include "device/kernel_p2p.h"
 
 namespace strata::device::cuda {
 namespace {
@@ -154,6 +155,14 @@ __global__ void __launch_bounds__(kCollThreads) collKernel(const __grid_constant
   kernel::runBlock(k, p, blockIdx.x);
 }
 
+// Point-to-point moves bytes: the primitives' copy over unsigned char (16-byte
+// vectors where the buffer allows), no reduction.
+__global__ void __launch_bounds__(kCollThreads) p2pKernel(const __grid_constant__ KernelP2p k) {
+  KernelColl bytes;
+  GpuPrims<unsigned char> p{bytes, 0};
+  kernel::runP2pBlock(k, p, blockIdx.x);
+}
+
 }  // namespace
 
 void kernelColl(const KernelColl& k, void* stream) {
@@ -161,6 +170,11 @@ void kernelColl(const KernelColl& k, void* stream) {
     collKernel<decltype(tag)><<<k.blocks, kCollThreads, 0, static_cast<cudaStream_t>(stream)>>>(k);
   });
   checkCuda(cudaGetLastError(), "device-driven collective kernel launch");
+}
+
+void kernelP2p(const KernelP2p& k, void* stream) {
+  p2pKernel<<<k.lanes * KernelP2p::kBlocks, kCollThreads, 0, static_cast<cudaStream_t>(stream)>>>(k);
+  checkCuda(cudaGetLastError(), "device-driven point-to-point kernel launch");
 }
 
 }  // namespace strata::device::cuda

@@ -6,6 +6,7 @@
 
 #include "device/cpu_reduce.h"
 #include "device/kernel_coll.h"
+#include "device/kernel_p2p.h"
 
 namespace strata::device::cuda {
 
@@ -15,6 +16,7 @@ void reduceInOrder(void* dst, const void* const* inputs, int n, size_t count, nc
 void prepare(void* dst, const void* src, size_t count, ncclDataType_t type, const ReduceOp& op, void* stream);
 void copy(void* dst, const void* src, size_t bytes, void* stream);
 void kernelColl(const KernelColl& k, void* stream);
+void kernelP2p(const KernelP2p& k, void* stream);
 void waitHostFlag(void* stream, const uint64_t* flag, uint64_t value);
 
 }  // namespace strata::device::cuda

@@ -240,6 +240,20 @@ class SimGpus final : public GpuBackend {
       w.flagWaits.fetch_sub(1);
     });
   }
+  void kernelP2p(const KernelP2p& k, void* stream) override {
+    const char* name = "the device-driven point-to-point kernel";
+    int dev = launch(name, stream);
+    for (int r = 0; r < k.n; ++r) reaches(dev, name, k.region[r]);
+    reaches(dev, name, k.counts);
+    for (int i = 0; i < k.ops; ++i)
+      if (k.op[i].bytes) reaches(dev, name, k.op[i].buf);
+    DeviceWork& w = deviceWork(dev);
+    on(stream, [k, &w] {
+      w.flagWaits.fetch_add(1);
+      sim::runKernelP2p(k);
+      w.flagWaits.fetch_sub(1);
+    });
+  }
 
   void* pinnedAlloc(size_t bytes) override {
     use("cudaHostAlloc");

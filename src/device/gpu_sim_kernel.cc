@@ -5,7 +5,11 @@
 // (sim_prims.h); STRATA_GPU_SIM_JITTER and STRATA_GPU_SIM_WEAK make them harsher.
 #include "base/config.h"
 #include "device/gpu_sim_state.h"
+#include <thread>
+#include <vector>
+
 #include "device/kernel_coll.h"
+#include "device/kernel_p2p.h"
 #include "device/sim_prims.h"
 
 namespace strata::device::sim {
@@ -18,6 +22,23 @@ void runKernelColl(const KernelColl& given) {
     kernel::runBlock(k, p, b);
     p.publish();  // the block is done: everything it stored is visible
   }
+}
+
+// The lanes of a point-to-point kernel run side by side, each on a thread of its
+// own (a GPU runs all its blocks at once; a lane's sends may wait for a peer
+// whose receives are in another lane); the blocks of one lane one after another,
+// as their peer's blocks of the matching lane do.
+void runKernelP2p(const KernelP2p& k) {
+  std::vector<std::thread> lanes;
+  for (int l = 0; l < k.lanes; ++l)
+    lanes.emplace_back([&k, l] {
+      HostPrims p(k, config().gpuSimJitter, config().gpuSimWeak);
+      for (int b = 0; b < KernelP2p::kBlocks; ++b) {
+        kernel::runP2pBlock(k, p, l * KernelP2p::kBlocks + b);
+        p.publish();
+      }
+    });
+  for (std::thread& t : lanes) t.join();
 }
 
 }  // namespace strata::device::sim

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "device/kernel_coll.h"
+#include "device/kernel_p2p.h"
 
 #include <pthread.h>
 
@@ -204,5 +205,7 @@ bool recording(void* stream);
 SimStream& legacyStream(int device);
 // The device-driven collective kernel, every block, on the calling (stream) thread.
 void runKernelColl(const KernelColl& k);
+// The device-driven point-to-point kernel: a thread per lane, joined before it returns.
+void runKernelP2p(const KernelP2p& k);
 
 }  // namespace strata::device::sim

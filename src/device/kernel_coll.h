@@ -103,8 +103,8 @@ STRATA_KERNEL_FN inline void blockRange(const KernelColl& k, int block, size_t l
   *hi = minSize(*lo + per, limit);
 }
 
-template <class P>
-STRATA_KERNEL_FN inline uint32_t giveUp(const KernelColl& k, P& p, uint32_t why, int peer) {
+template <class K, class P>  // K: a kernel's arguments with its error word
+STRATA_KERNEL_FN inline uint32_t giveUp(const K& k, P& p, uint32_t why, int peer) {
   if (p.loadWord(k.error) == 0) p.storeWord(k.error, why << 8 | static_cast<uint32_t>(peer));
   return 1;
 }

@@ -25,13 +25,23 @@
 
 #include "device/cpu_reduce.h"
 #include "device/kernel_coll.h"
+#include "device/kernel_p2p.h"
 
 namespace strata::device::sim {
 
 class HostPrims {
  public:
-  HostPrims(const KernelColl& k, bool jitter, bool weak) : k_(k), plain_(k.op), jitter_(jitter), weak_(weak) {
+  HostPrims(const KernelColl& k, bool jitter, bool weak)
+      : es_(k.es), type_(k.type), op_(k.op), plain_(k.op), rank_(k.rank), n_(k.n),
+        regionBytes_(KernelColl::regionBytes(k.n, k.slotBytes)), jitter_(jitter), weak_(weak) {
     plain_.preMultiply = false;  // the reduction of prepared inputs: no pre-multiplication again
+    for (int q = 0; q < n_; ++q) region_[q] = k.region[q];
+  }
+  // Point-to-point moves bytes.
+  HostPrims(const KernelP2p& k, bool jitter, bool weak)
+      : es_(1), type_(ncclUint8), rank_(k.rank), n_(k.n), regionBytes_(KernelP2p::regionBytes(k.n)),
+        jitter_(jitter), weak_(weak) {
+    for (int q = 0; q < n_; ++q) region_[q] = k.region[q];
   }
 
   int thread() const { return 0; }
@@ -58,20 +68,20 @@ class HostPrims {
 
   void copy(char* dst, const char* src, size_t count) {
     jitter();
-    if (char* h = hold(dst, count)) memcpy(h, src, count * k_.es);
-    else memmove(dst, src, count * k_.es);
+    if (char* h = hold(dst, count)) memcpy(h, src, count * es_);
+    else memmove(dst, src, count * es_);
   }
   void prepare(char* dst, const char* src, size_t count) {
     jitter();
     char* h = hold(dst, count);
-    device::prepare(h ? h : dst, src, count, k_.type, k_.op);
+    device::prepare(h ? h : dst, src, count, type_, op_);
   }
   void reduce(char* dst, const char* const* inputs, int n, size_t count) {
     jitter();
     const void* in[KernelColl::kMaxRanks];
     for (int j = 0; j < n; ++j) in[j] = inputs[j];
     char* h = hold(dst, count);
-    device::reduceInOrder(h ? h : dst, in, n, count, k_.type, plain_);
+    device::reduceInOrder(h ? h : dst, in, n, count, type_, plain_);
   }
 
   // Every store still held, in shuffled 4 KiB pieces (weak memory); the block calls
@@ -113,17 +123,20 @@ class HostPrims {
   // dst lies in a peer's region; null: store it now.
   char* hold(char* dst, size_t count) {
     if (!weak_ || count == 0) return nullptr;
-    size_t bytes = KernelColl::regionBytes(k_.n, k_.slotBytes);
-    for (int q = 0; q < k_.n; ++q)
-      if (q != k_.rank && dst >= k_.region[q] && dst < k_.region[q] + bytes) {
-        held_.push_back({dst, std::vector<char>(count * k_.es)});
+    for (int q = 0; q < n_; ++q)
+      if (q != rank_ && dst >= region_[q] && dst < region_[q] + regionBytes_) {
+        held_.push_back({dst, std::vector<char>(count * es_)});
         return held_.back().bytes.data();
       }
     return nullptr;
   }
 
-  const KernelColl& k_;
-  ReduceOp plain_;
+  int es_;
+  ncclDataType_t type_;
+  ReduceOp op_, plain_;
+  int rank_, n_;
+  char* region_[KernelColl::kMaxRanks] = {};
+  size_t regionBytes_;
   bool jitter_, weak_;
   uint64_t rng_ = 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(pthread_self());
   std::vector<Held> held_;

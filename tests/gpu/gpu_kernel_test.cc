@@ -127,6 +127,79 @@ INSTANTIATE_TEST_SUITE_P(Ranks, DeviceOneShot,
                            return std::string(modeName(std::get<0>(info.param))) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
                          });
 
+// Sends and receives as one kernel per group: every rank sends 3 MiB (24 chunks,
+// six times the slots) and 80 KB to the next rank and receives as much from the
+// previous one; the group is captured once and replayed with new inputs, an eager
+// group between replays, and the ranks' chunk counts stay in step.
+std::string p2pRank(int rank, int n, const ncclUniqueId& id) {
+  return onOwnGpu(rank, n, id, [&](ncclComm_t comm, cudaStream_t s) -> std::string {
+    const size_t big = (3 << 20) / sizeof(float);
+    const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    DeviceBuffer in(big * sizeof(float)), out(big * sizeof(float)), in2(kCount * sizeof(float)), out2(kCount * sizeof(float));
+    auto group = [&]() -> bool {
+      bool ok = ncclGroupStart() == ncclSuccess;  // per direction in the same order on both ends, as NCCL matches them
+      ok = ok && ncclRecv(out.p, big, ncclFloat32, prev, comm, s) == ncclSuccess;
+      ok = ok && ncclSend(in.p, big, ncclFloat32, next, comm, s) == ncclSuccess;
+      ok = ok && ncclSend(in2.p, kCount, ncclFloat32, next, comm, s) == ncclSuccess;
+      ok = ok && ncclRecv(out2.p, kCount, ncclFloat32, prev, comm, s) == ncclSuccess;
+      return ncclGroupEnd() == ncclSuccess && ok;
+    };
+    auto check = [&](int round) -> std::string {
+      std::vector<float> got(big), got2(kCount);
+      device::copySync(got.data(), out.p, big * sizeof(float));
+      device::copySync(got2.data(), out2.p, kCount * sizeof(float));
+      for (size_t i = 0; i < big; ++i)
+        if (got[i] != static_cast<float>(prev * 1000 + round + i % 251))
+          return "round " + std::to_string(round) + ": element " + std::to_string(i) + " of the 3 MiB message";
+      return got2 == inputOf(prev, round) ? "" : "round " + std::to_string(round) + ": the 80 KB message";
+    };
+    auto fill = [&](int round) {
+      std::vector<float> v(big);
+      for (size_t i = 0; i < big; ++i) v[i] = static_cast<float>(rank * 1000 + round + i % 251);
+      put(in.p, v);
+      put(in2.p, inputOf(rank, round));
+    };
+    fill(0);
+    if (!group()) return "eager group refused";
+    device::streamSynchronize(s);
+    std::string err = check(0), why;
+    device::graphBegin(s);
+    bool captured = group();
+    void* graph = device::graphEnd(s, &why);
+    if (!captured) return std::string("capture refused: ") + ncclGetLastError(comm);
+    if (!graph) return "capture failed: " + why;
+    for (int round = 1; round <= 4 && err.empty(); ++round) {
+      fill(round);
+      if (round == 3) {  // eager, between replays
+        if (!group()) err = "eager group between replays refused";
+        device::streamSynchronize(s);
+        if (err.empty()) err = check(round);
+      }
+      if (err.empty()) device::graphLaunch(graph, s);
+      device::streamSynchronize(s);
+      if (err.empty()) err = check(round);
+    }
+    device::graphDestroy(graph);
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(comm, &async);
+    return err.empty() && async != ncclSuccess ? "async error " + std::to_string(async) : err;
+  });
+}
+
+class DeviceOneShotP2p : public ::testing::TestWithParam<std::tuple<Mode, int>> {};
+
+TEST_P(DeviceOneShotP2p, ARingExchangeCapturedOnceReplaysExactly) {
+  auto [mode, n] = GetParam();
+  REQUIRE_GPUS(n);
+  EXPECT_EQ(failures(runRanks(mode, n, p2pRank, 300)), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, DeviceOneShotP2p,
+                         ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses), ::testing::Values(2, 4)),
+                         [](const auto& info) {
+                           return std::string(modeName(std::get<0>(info.param))) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
+                         });
+
 // On the legacy stream (0) too, ordered with the copies there, in one round and in several.
 TEST(DeviceOneShotStreams, TheLegacyStreamToo) {
   REQUIRE_GPUS(2);

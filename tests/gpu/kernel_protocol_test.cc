@@ -1,4 +1,4 @@
-// The device-driven protocol (device/kernel_coll.h) over the host primitives
+// The device-driven protocols (device/kernel_coll.h, kernel_p2p.h) over the host primitives
 // (device/sim_prims.h), with no GPU at all: ranks are threads, regions plain memory.
 // Under weak memory a block's stores into peers' regions wait for a system fence;
 // the protocol is exact there, and the same protocol without its fence is not.
@@ -9,12 +9,14 @@
 #include <vector>
 
 #include "device/kernel_coll.h"
+#include "device/kernel_p2p.h"
 #include "device/sim_prims.h"
 
 namespace strata::test {
 namespace {
 
 using device::KernelColl;
+using device::KernelP2p;
 
 // The primitives with the fence before each flag left out, as a protocol that
 // forgot it would run: ordering only, nothing held is published.
@@ -131,6 +133,71 @@ TEST(KernelCollProtocol, WeakMemoryNeedsTheFence) {
     EXPECT_EQ(run<NoFence>(s, false, 2), "") << name(s);
     EXPECT_EQ(run<NoFence>(s, true, 2).rfind("op 0, ", 0), 0u) << name(s);  // stale slots in the first operation
   }
+}
+
+// Point-to-point (kernel_p2p.h): every rank sends two messages to the next rank and
+// receives two from the previous one, in one kernel per rank, each lane on a thread
+// of its own (as the simulator runs it: a GPU runs all blocks at once). The sizes
+// cross chunks and outgrow the slots, so senders wait for receivers.
+uint8_t byteOf(int rank, int msg, size_t i, int op) { return static_cast<uint8_t>(i * 131 + rank * 17 + msg * 5 + op * 3); }
+
+template <class P>
+std::string runP2p(int n, bool weak, int ops) {
+  const size_t sizes[2] = {(1 << 20) + 13, 4001};
+  std::vector<std::vector<uint64_t>> regions(n, std::vector<uint64_t>(KernelP2p::regionBytes(n) / 8));
+  std::vector<std::vector<uint64_t>> counts(n, std::vector<uint64_t>(2 * KernelP2p::kMaxRanks * KernelP2p::kBlocks));
+  std::vector<std::vector<std::vector<uint8_t>>> in(n), out(n);
+  uint32_t words[2] = {0, 0};
+  for (int r = 0; r < n; ++r)
+    for (size_t size : sizes) in[r].emplace_back(size), out[r].emplace_back(size);
+  for (int op = 0; op < ops; ++op) {
+    for (int r = 0; r < n; ++r)
+      for (int m = 0; m < 2; ++m)
+        for (size_t i = 0; i < sizes[m]; ++i) in[r][m][i] = byteOf(r, m, i, op);
+    std::vector<KernelP2p> ks(n);
+    for (int r = 0; r < n; ++r) {
+      KernelP2p& k = ks[r];
+      k.rank = r;
+      k.n = n;
+      for (int m = 0; m < 2; ++m) {  // receives first on odd ranks: lanes are not in call order
+        k.add(r % 2 ? (r + n - 1) % n : (r + 1) % n, r % 2 == 0, reinterpret_cast<char*>((r % 2 ? out : in)[r][m].data()), sizes[m]);
+        k.add(r % 2 ? (r + 1) % n : (r + n - 1) % n, r % 2 != 0, reinterpret_cast<char*>((r % 2 ? in : out)[r][m].data()), sizes[m]);
+      }
+      for (int q = 0; q < n; ++q) k.region[q] = reinterpret_cast<char*>(regions[q].data());
+      k.counts = counts[r].data();
+      k.stop = &words[0];
+      k.error = &words[1];
+      k.timeoutNs = 20000000000ull;
+    }
+    std::vector<std::thread> lanes;
+    for (int r = 0; r < n; ++r)
+      for (int l = 0; l < ks[r].lanes; ++l)
+        lanes.emplace_back([&ks, r, l, weak] {
+          P p(ks[r], false, weak);
+          for (int b = 0; b < KernelP2p::kBlocks; ++b) {
+            device::kernel::runP2pBlock(ks[r], p, l * KernelP2p::kBlocks + b);
+            p.publish();
+          }
+        });
+    for (std::thread& t : lanes) t.join();
+    if (words[1]) return "a block gave up: error word " + std::to_string(words[1]);
+    for (int r = 0; r < n; ++r)
+      for (int m = 0; m < 2; ++m)
+        for (size_t i = 0; i < sizes[m]; ++i)
+          if (out[r][m][i] != byteOf((r + n - 1) % n, m, i, op))
+            return "op " + std::to_string(op) + ", rank " + std::to_string(r) + ", message " + std::to_string(m) +
+                   ", byte " + std::to_string(i) + " differs";
+  }
+  return "";
+}
+
+TEST(KernelP2pProtocol, RingExchangeExactUnderWeakMemory) {
+  for (int n : {2, 3, 4}) EXPECT_EQ(runP2p<device::sim::HostPrims>(n, true, 3), "") << n << " ranks";
+}
+
+TEST(KernelP2pProtocol, WeakMemoryNeedsTheFence) {
+  EXPECT_EQ(runP2p<NoFence>(3, false, 2), "");
+  EXPECT_EQ(runP2p<NoFence>(3, true, 2).rfind("op 0, ", 0), 0u);
 }
 
 }  // namespace
