@@ -66,6 +66,7 @@ do_run() {
   # Simulator-only tests are not GPU tests; tests that need a GPU per rank need 2+.
   local filter='-GpuSimulator.*:GpuAlignment.*'
   [ "$gpus" -ge 2 ] || filter="$filter:*ManyGpus*:*DeviceOneShot*:Ranks/*"
+  [ "$gpus" -ge 4 ] || filter="$filter:*4ranks"
   [ "$gpus" -ge 8 ] || filter="$filter:*8ranks"
   echo "gpu tests: --gtest_filter=$filter" > "$out/filter.txt"
   step gpu_tests 240 "$pack/bin/gpu_test" --gtest_filter="$filter"

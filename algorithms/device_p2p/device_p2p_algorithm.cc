@@ -1,4 +1,4 @@
-// DevicePointToPoint: a group's sends and receives on device buffers between the
+// DeviceP2p: a group's sends and receives on device buffers between the
 // GPUs of a node as one kernel on the caller's stream, no host in the loop
 // (device/kernel_p2p.h has the protocol): Megatron's pipeline sends and receives
 // need no proxy thread, run under CUDA_DEVICE_MAX_CONNECTIONS=1, and can be
@@ -36,9 +36,9 @@ struct P2pState : KernelState {
   std::shared_ptr<Batch> open;
 };
 
-class DevicePointToPoint final : public Algorithm {
+class DeviceP2p final : public Algorithm {
  public:
-  const char* name() const override { return "DevicePointToPoint"; }
+  const char* name() const override { return "DeviceP2p"; }
   bool serves(Collective c) const override { return c == Collective::kSendRecv; }
   bool selectable() const override { return false; }
   bool deviceMemory() const override { return true; }
@@ -108,7 +108,7 @@ class DevicePointToPoint final : public Algorithm {
 }  // namespace
 
 const Algorithm& algorithm() {
-  static const DevicePointToPoint d;
+  static const DeviceP2p d;
   return d;
 }
 

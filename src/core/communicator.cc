@@ -47,11 +47,14 @@ ncclResult_t Communicator::asyncError() const {
   if (r != ncclSuccess || failure == 0) return r;
   uint32_t why = failure >> 8;
   int peer = static_cast<int>(failure & 0xff);
-  if (!deviceFailureLogged_.exchange(true))
-    STRATA_WARN(rank(), "a device-driven collective kernel gave up waiting for rank %d: %s", peer,
-                why == device::KernelColl::kTimedOut
-                    ? format("nothing arrived within STRATA_TIMEOUT=%gs", config().timeoutSec).c_str()
-                    : ("the communicator was stopped: " + stopReason()).c_str());
+  if (!deviceFailureLogged_.exchange(true)) {
+    std::string cause = why == device::KernelColl::kTimedOut
+                            ? format("nothing arrived within STRATA_TIMEOUT=%gs", config().timeoutSec)
+                        : why == device::KernelColl::kSizeMismatch
+                            ? "its send and this rank's receive differ in size (NCCL requires them equal)"
+                            : "the communicator was stopped: " + stopReason();
+    STRATA_WARN(rank(), "a device-driven kernel gave up on rank %d: %s", peer, cause.c_str());
+  }
   return why == device::KernelColl::kTimedOut ? ncclRemoteError : ncclInvalidUsage;
 }
 

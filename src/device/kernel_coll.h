@@ -40,7 +40,7 @@ struct KernelColl {
   static constexpr size_t kFlagBytes = 4096;
   enum Coll : int { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kReduce, kAllToAll, kGather, kScatter };
   // What the error word holds: why << 8 | the rank waited for.
-  enum Why : uint32_t { kStopped = 1, kTimedOut = 2 };
+  enum Why : uint32_t { kStopped = 1, kTimedOut = 2, kSizeMismatch = 3 };
 
   int coll = kAllReduce;
   int rank = 0, n = 1, root = 0;

@@ -33,8 +33,9 @@ struct KernelP2p {
   static constexpr int kBlocks = 4;              // blocks per lane
   static constexpr int kSlots = 4;
   static constexpr size_t kChunk = 128 << 10;
-  // ready[source][block], then done[dest][block]; slots after.
-  static constexpr size_t kFlagBytes = 2 * kMaxRanks * kBlocks * sizeof(uint64_t);
+  // ready[source][block], done[dest][block], then size[source][block][slot] (the
+  // bytes of the transfer each chunk in a slot belongs to); slots after.
+  static constexpr size_t kFlagBytes = (2 + kSlots) * kMaxRanks * kBlocks * sizeof(uint64_t);
 
   struct Op {
     int peer = 0;
@@ -60,6 +61,10 @@ struct KernelP2p {
   }
   STRATA_KERNEL_FN uint64_t* done(int owner, int dest, int block) const {
     return reinterpret_cast<uint64_t*>(region[owner]) + (kMaxRanks + dest) * kBlocks + block;
+  }
+  STRATA_KERNEL_FN uint64_t* size(int owner, int source, int block, uint64_t g) const {
+    return reinterpret_cast<uint64_t*>(region[owner]) + 2 * kMaxRanks * kBlocks +
+           (source * kBlocks + block) * kSlots + g % kSlots;
   }
   STRATA_KERNEL_FN char* slot(int owner, int source, uint64_t g) const {
     return region[owner] + kFlagBytes + (static_cast<size_t>(source) * kSlots + g % kSlots) * kChunk;
@@ -122,11 +127,18 @@ STRATA_KERNEL_FN inline void runP2pBlock(const KernelP2p& k, P& p, int blockId) 
         p.copy(k.slot(peer, k.rank, g) + lo, o.buf + at + lo, hi - lo);
         p.barrierOr(0);
         if (p.thread() == 0) {
+          p.storeRelease(k.size(peer, k.rank, b, g), o.bytes);  // published by the fence with the data
           p.fenceSystem();
           p.storeRelease(k.ready(peer, k.rank, b), g + 1);
         }
       } else {
         ok = awaitCount(k, p, k.ready(k.rank, peer, b), g + 1, peer);
+        // A send and its receive of different sizes would leave the two ends' counts
+        // apart for good: fail the communicator now, naming the peer.
+        if (ok && p.loadAcquire(k.size(k.rank, peer, b, g)) != o.bytes) {
+          if (p.thread() == 0) giveUp(k, p, KernelColl::kSizeMismatch, peer);
+          ok = false;
+        }
         if (!ok) break;
         p.copy(o.buf + at + lo, k.slot(k.rank, peer, g) + lo, hi - lo);
         p.barrierOr(0);  // every thread's reads of the slot are done before it is handed back

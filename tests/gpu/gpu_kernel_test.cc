@@ -347,6 +347,43 @@ TEST(DeviceOneShotFaults, AWaitLongerThanTheTimeoutFailsTheCommunicator) {
   EXPECT_EQ(err, "");
 }
 
+// A send of 5000 floats met by a receive of 4000: the receiver's communicator fails
+// at once with ncclInvalidUsage (its log names the sender); the sender's kernel,
+// whose chunks are never all taken, waits until its communicator is aborted.
+TEST(DeviceOneShotFaults, ASendAndReceiveOfDifferentSizesFailTheReceiver) {
+  REQUIRE_GPUS(2);
+  std::atomic<bool> failed{false}, senderGone{false};
+  auto results = runRanks(Mode::kThreads, 2, [&](int rank, int n, const ncclUniqueId& id) -> std::string {
+    device::setCurrentDevice(rank);
+    void* stream = device::streamCreate();
+    ncclComm_t comm = nullptr;
+    if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) return "init failed";
+    DeviceBuffer buf(5000 * sizeof(float));
+    auto s = static_cast<cudaStream_t>(stream);
+    ncclResult_t r = rank == 0 ? ncclSend(buf.p, 5000, ncclFloat32, 1, comm, s) : ncclRecv(buf.p, 4000, ncclFloat32, 0, comm, s);
+    std::string err = r == ncclSuccess ? "" : "not enqueued";
+    if (rank == 1) {
+      ncclResult_t async = ncclSuccess;
+      for (int i = 0; i < 1000 && async == ncclSuccess; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        ncclCommGetAsyncError(comm, &async);
+      }
+      if (err.empty() && async != ncclInvalidUsage) err = "async error " + std::to_string(async) + ", expected ncclInvalidUsage";
+      failed = true;
+      while (!senderGone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      ncclCommAbort(comm);
+    } else {  // aborted first: its kernel still stores into the receiver's region until it stops
+      while (!failed) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      ncclCommAbort(comm);
+      device::streamSynchronize(stream);
+      senderGone = true;
+    }
+    device::streamSynchronize(stream);
+    device::streamDestroy(stream);
+    return err;
+  }, 120);
+  EXPECT_EQ(failures(results), "");
+}
 
 // The kernel alone, without a communicator: n virtual ranks on one GPU, each
 // kernel on a stream of its own with its own region, counter and buffers. On a real

@@ -200,5 +200,37 @@ TEST(KernelP2pProtocol, WeakMemoryNeedsTheFence) {
   EXPECT_EQ(runP2p<NoFence>(3, true, 2).rfind("op 0, ", 0), 0u);
 }
 
+// A send and its receive of different sizes: the receiver fails at its first chunk,
+// naming the sender (the sender, whose chunks are never taken, would wait out the
+// timeout; the first failure is the one recorded).
+TEST(KernelP2pProtocol, ASizeMismatchFailsNamingTheSender) {
+  std::vector<uint64_t> region0(KernelP2p::regionBytes(2) / 8), region1(KernelP2p::regionBytes(2) / 8);
+  std::vector<uint64_t> counts0(2 * KernelP2p::kMaxRanks * KernelP2p::kBlocks), counts1(counts0.size());
+  std::vector<char> in(5000), out(4000);
+  uint32_t words[2] = {0, 0};
+  KernelP2p k[2];
+  for (int r = 0; r < 2; ++r) {
+    k[r].rank = r;
+    k[r].n = 2;
+    k[r].region[0] = reinterpret_cast<char*>(region0.data());
+    k[r].region[1] = reinterpret_cast<char*>(region1.data());
+    k[r].counts = (r ? counts1 : counts0).data();
+    k[r].stop = &words[0];
+    k[r].error = &words[1];
+    k[r].timeoutNs = 300000000ull;  // the sender's wait for its receiver
+  }
+  k[0].add(1, true, in.data(), in.size());
+  k[1].add(0, false, out.data(), out.size());
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&k, r] {
+      device::sim::HostPrims p(k[r], false, false);
+      for (int b = 0; b < KernelP2p::kBlocks; ++b) device::kernel::runP2pBlock(k[r], p, b);
+    });
+  for (std::thread& t : ranks) t.join();
+  EXPECT_EQ(words[1] >> 8, static_cast<uint32_t>(KernelColl::kSizeMismatch));
+  EXPECT_EQ(words[1] & 0xff, 0u);
+}
+
 }  // namespace
 }  // namespace strata::test
