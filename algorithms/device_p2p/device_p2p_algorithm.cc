@@ -31,9 +31,11 @@ struct Batch {
 };
 
 // Per communicator: the chunk counts in device memory, the kernels' order across
-// streams, and the batch of the group being planned.
+// streams, and the batch of the group being planned. The group's tasks hold the
+// batch: when a group fails before its launch, the batch goes with its tasks and
+// the next group starts a new one.
 struct P2pState : KernelState {
-  std::shared_ptr<Batch> open;
+  std::weak_ptr<Batch> open;
 };
 
 class DeviceP2p final : public Algorithm {
@@ -67,8 +69,8 @@ class DeviceP2p final : public Algorithm {
     const RankLayout& l = ctx.layout();
     needRegions(ctx);  // opened at init: registers nothing new
     P2pState* state = &ctx.state<P2pState>();
-    if (!state->open || state->open->launched) state->open = newBatch(l, *state);
-    std::shared_ptr<Batch> batch = state->open;
+    std::shared_ptr<Batch> batch = state->open.lock();
+    if (!batch || batch->launched) state->open = batch = newBatch(l, *state);
     bool send = op.kind == CollectiveOp::Kind::kSend;
     char* buf = send ? const_cast<char*>(static_cast<const char*>(op.sendbuff)) : static_cast<char*>(op.recvbuff);
     size_t bytes = op.count * device::dtypeSize(op.type);

@@ -24,21 +24,18 @@ void runKernelColl(const KernelColl& given) {
   }
 }
 
-// The lanes of a point-to-point kernel run side by side, each on a thread of its
-// own (a GPU runs all its blocks at once; a lane's sends may wait for a peer
-// whose receives are in another lane); the blocks of one lane one after another,
-// as their peer's blocks of the matching lane do.
+// Every block of a point-to-point kernel runs on a thread of its own, as a GPU runs
+// them all at once: a lane's sends may wait for a peer whose receives are in another
+// lane, and the blocks of one lane may be at different chunks.
 void runKernelP2p(const KernelP2p& k) {
-  std::vector<std::thread> lanes;
-  for (int l = 0; l < k.lanes; ++l)
-    lanes.emplace_back([&k, l] {
+  std::vector<std::thread> blocks;
+  for (int b = 0; b < k.lanes * KernelP2p::kBlocks; ++b)
+    blocks.emplace_back([&k, b] {
       HostPrims p(k, config().gpuSimJitter, config().gpuSimWeak);
-      for (int b = 0; b < KernelP2p::kBlocks; ++b) {
-        kernel::runP2pBlock(k, p, l * KernelP2p::kBlocks + b);
-        p.publish();
-      }
+      kernel::runP2pBlock(k, p, b);
+      p.publish();
     });
-  for (std::thread& t : lanes) t.join();
+  for (std::thread& t : blocks) t.join();
 }
 
 }  // namespace strata::device::sim

@@ -205,7 +205,7 @@ bool recording(void* stream);
 SimStream& legacyStream(int device);
 // The device-driven collective kernel, every block, on the calling (stream) thread.
 void runKernelColl(const KernelColl& k);
-// The device-driven point-to-point kernel: a thread per lane, joined before it returns.
+// The device-driven point-to-point kernel: a thread per block, joined before it returns.
 void runKernelP2p(const KernelP2p& k);
 
 }  // namespace strata::device::sim

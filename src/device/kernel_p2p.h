@@ -66,8 +66,12 @@ struct KernelP2p {
     return reinterpret_cast<uint64_t*>(region[owner]) + 2 * kMaxRanks * kBlocks +
            (source * kBlocks + block) * kSlots + g % kSlots;
   }
-  STRATA_KERNEL_FN char* slot(int owner, int source, uint64_t g) const {
-    return region[owner] + kFlagBytes + (static_cast<size_t>(source) * kSlots + g % kSlots) * kChunk;
+  // Block b's quarter of the slot for its chunk g: each block of a lane counts its own
+  // chunks (a block with no part of a short chunk skips it), so blocks may be at
+  // different chunks of one slot and must never share its bytes.
+  static constexpr size_t kQuarter = kChunk / kBlocks;
+  STRATA_KERNEL_FN char* part(int owner, int source, uint64_t g, int block) const {
+    return region[owner] + kFlagBytes + (static_cast<size_t>(source) * kSlots + g % kSlots) * kChunk + block * kQuarter;
   }
   STRATA_KERNEL_FN uint64_t* count(bool send, int peer, int block) const {
     return counts + ((send ? 0 : 1) * kMaxRanks + peer) * kBlocks + block;
@@ -118,13 +122,14 @@ STRATA_KERNEL_FN inline void runP2pBlock(const KernelP2p& k, P& p, int blockId) 
     const KernelP2p::Op& o = k.op[i];
     if (o.peer != peer || o.send != send) continue;
     for (size_t at = 0; ok && at < o.bytes; at += KernelP2p::kChunk) {
-      size_t chunk = minSize(KernelP2p::kChunk, o.bytes - at), share = (chunk / KernelP2p::kBlocks + 15) / 16 * 16;
+      size_t chunk = minSize(KernelP2p::kChunk, o.bytes - at);
+      size_t share = ((chunk + KernelP2p::kBlocks - 1) / KernelP2p::kBlocks + 15) / 16 * 16;  // at most kQuarter
       size_t lo = minSize(b * share, chunk), hi = minSize(lo + share, chunk);
       if (lo == hi) continue;  // this block has no part of a short chunk: the peer's block skips it too
       if (send) {
         if (g + 1 > KernelP2p::kSlots) ok = awaitCount(k, p, k.done(k.rank, peer, b), g + 1 - KernelP2p::kSlots, peer);
         if (!ok) break;
-        p.copy(k.slot(peer, k.rank, g) + lo, o.buf + at + lo, hi - lo);
+        p.copy(k.part(peer, k.rank, g, b), o.buf + at + lo, hi - lo);
         p.barrierOr(0);
         if (p.thread() == 0) {
           p.storeRelease(k.size(peer, k.rank, b, g), o.bytes);  // published by the fence with the data
@@ -134,13 +139,15 @@ STRATA_KERNEL_FN inline void runP2pBlock(const KernelP2p& k, P& p, int blockId) 
       } else {
         ok = awaitCount(k, p, k.ready(k.rank, peer, b), g + 1, peer);
         // A send and its receive of different sizes would leave the two ends' counts
-        // apart for good: fail the communicator now, naming the peer.
-        if (ok && p.loadAcquire(k.size(k.rank, peer, b, g)) != o.bytes) {
+        // apart for good: fail the communicator now, naming the peer (thread 0 reads
+        // the size; the block learns it through the barrier).
+        uint32_t differ = ok && p.thread() == 0 && p.loadAcquire(k.size(k.rank, peer, b, g)) != o.bytes;
+        if (p.barrierOr(differ)) {
           if (p.thread() == 0) giveUp(k, p, KernelColl::kSizeMismatch, peer);
           ok = false;
         }
         if (!ok) break;
-        p.copy(o.buf + at + lo, k.slot(k.rank, peer, g) + lo, hi - lo);
+        p.copy(o.buf + at + lo, k.part(k.rank, peer, g, b), hi - lo);
         p.barrierOr(0);  // every thread's reads of the slot are done before it is handed back
         if (p.thread() == 0) {
           p.fenceSystem();

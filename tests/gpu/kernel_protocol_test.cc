@@ -135,15 +135,18 @@ TEST(KernelCollProtocol, WeakMemoryNeedsTheFence) {
   }
 }
 
-// Point-to-point (kernel_p2p.h): every rank sends two messages to the next rank and
-// receives two from the previous one, in one kernel per rank, each lane on a thread
-// of its own (as the simulator runs it: a GPU runs all blocks at once). The sizes
-// cross chunks and outgrow the slots, so senders wait for receivers.
+// Point-to-point (kernel_p2p.h): every rank sends four messages to the next rank and
+// receives four from the previous one, in one kernel per rank, every block on a
+// thread of its own (as the simulator runs it: a GPU runs all blocks at once). The
+// sizes cross chunks and outgrow the slots, so senders wait for receivers; the short
+// ones (3 and 65 bytes) leave some blocks of a lane without a part, so the blocks'
+// chunk counts differ, and cover a chunk that is not a multiple of 64 bytes.
 uint8_t byteOf(int rank, int msg, size_t i, int op) { return static_cast<uint8_t>(i * 131 + rank * 17 + msg * 5 + op * 3); }
 
 template <class P>
 std::string runP2p(int n, bool weak, int ops) {
-  const size_t sizes[2] = {(1 << 20) + 13, 4001};
+  const int msgs = 4;
+  const size_t sizes[msgs] = {3, (1 << 20) + 13, 65, 4001};
   std::vector<std::vector<uint64_t>> regions(n, std::vector<uint64_t>(KernelP2p::regionBytes(n) / 8));
   std::vector<std::vector<uint64_t>> counts(n, std::vector<uint64_t>(2 * KernelP2p::kMaxRanks * KernelP2p::kBlocks));
   std::vector<std::vector<std::vector<uint8_t>>> in(n), out(n);
@@ -152,14 +155,14 @@ std::string runP2p(int n, bool weak, int ops) {
     for (size_t size : sizes) in[r].emplace_back(size), out[r].emplace_back(size);
   for (int op = 0; op < ops; ++op) {
     for (int r = 0; r < n; ++r)
-      for (int m = 0; m < 2; ++m)
+      for (int m = 0; m < msgs; ++m)
         for (size_t i = 0; i < sizes[m]; ++i) in[r][m][i] = byteOf(r, m, i, op);
     std::vector<KernelP2p> ks(n);
     for (int r = 0; r < n; ++r) {
       KernelP2p& k = ks[r];
       k.rank = r;
       k.n = n;
-      for (int m = 0; m < 2; ++m) {  // receives first on odd ranks: lanes are not in call order
+      for (int m = 0; m < msgs; ++m) {  // receives first on odd ranks: lanes are not in call order
         k.add(r % 2 ? (r + n - 1) % n : (r + 1) % n, r % 2 == 0, reinterpret_cast<char*>((r % 2 ? out : in)[r][m].data()), sizes[m]);
         k.add(r % 2 ? (r + 1) % n : (r + n - 1) % n, r % 2 != 0, reinterpret_cast<char*>((r % 2 ? in : out)[r][m].data()), sizes[m]);
       }
@@ -169,20 +172,18 @@ std::string runP2p(int n, bool weak, int ops) {
       k.error = &words[1];
       k.timeoutNs = 20000000000ull;
     }
-    std::vector<std::thread> lanes;
+    std::vector<std::thread> blocks;
     for (int r = 0; r < n; ++r)
-      for (int l = 0; l < ks[r].lanes; ++l)
-        lanes.emplace_back([&ks, r, l, weak] {
+      for (int b = 0; b < ks[r].lanes * KernelP2p::kBlocks; ++b)
+        blocks.emplace_back([&ks, r, b, weak] {
           P p(ks[r], false, weak);
-          for (int b = 0; b < KernelP2p::kBlocks; ++b) {
-            device::kernel::runP2pBlock(ks[r], p, l * KernelP2p::kBlocks + b);
-            p.publish();
-          }
+          device::kernel::runP2pBlock(ks[r], p, b);
+          p.publish();
         });
-    for (std::thread& t : lanes) t.join();
+    for (std::thread& t : blocks) t.join();
     if (words[1]) return "a block gave up: error word " + std::to_string(words[1]);
     for (int r = 0; r < n; ++r)
-      for (int m = 0; m < 2; ++m)
+      for (int m = 0; m < msgs; ++m)
         for (size_t i = 0; i < sizes[m]; ++i)
           if (out[r][m][i] != byteOf((r + n - 1) % n, m, i, op))
             return "op " + std::to_string(op) + ", rank " + std::to_string(r) + ", message " + std::to_string(m) +
