@@ -115,6 +115,10 @@ class PlanContext {
   virtual uint32_t* deviceWords() = 0;
   // This rank's CUDA device (-1: it drives none).
   virtual int device() const = 0;
+  // Blocks of device-driven kernels (256 threads) every rank's GPU runs at once, the
+  // fewest any rank's GPU holds: the grids of kernels that wait for each other must
+  // fit in it (0: some rank has no GPU, or no kernel image for it).
+  virtual int kernelBlocks() const = 0;
   // Links opened before any task of the group is made (both ends must ask in the same group).
   virtual void needSend(const LinkKey& k, LinkShape shape = {}) = 0;
   virtual void needRecv(const LinkKey& k, LinkShape shape = {}) = 0;

@@ -93,11 +93,18 @@ class KernelTask final : public Task {
   bool launched_ = false;
 };
 
-// Whether this communicator can run device-driven kernels: a GPU, 2 to `maxRanks`
-// ranks, device memory mapped between every pair.
-inline bool devicePeers(PlanContext& ctx, int maxRanks) {
+// The blocks one device-driven kernel of a communicator may take: every block of it
+// must be running at once, and the communicator's collective kernel and its
+// point-to-point kernel may run at once (on two streams), so each gets half of what
+// every rank's GPU holds. The same on every rank (PlanContext::kernelBlocks).
+inline int kernelRoom(const PlanContext& ctx) { return ctx.kernelBlocks() / 2; }
+
+// Whether this communicator can run device-driven kernels of up to `blocks` blocks
+// (the fewest a kernel may take): a GPU with room for them on every rank, 2 to
+// `maxRanks` ranks, device memory mapped between every pair.
+inline bool devicePeers(PlanContext& ctx, int maxRanks, int blocks) {
   const RankLayout& l = ctx.layout();
-  if (l.nranks < 2 || l.nranks > maxRanks || ctx.device() < 0) return false;
+  if (l.nranks < 2 || l.nranks > maxRanks || ctx.device() < 0 || kernelRoom(ctx) < blocks) return false;
   for (int a = 0; a < l.nranks; ++a)
     for (int b = 0; b < l.nranks; ++b)
       if (a != b && !ctx.reachable(a, b, transport::kDeviceMemory)) return false;

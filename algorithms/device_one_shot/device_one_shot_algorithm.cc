@@ -93,7 +93,7 @@ class DeviceOneShot final : public Algorithm {
 
   // Each rank's region, mapped by every peer, and the operation counter.
   bool warmUp(PlanContext& ctx) const override {
-    if (!devicePeers(ctx, KernelColl::kMaxRanks)) return false;
+    if (!devicePeers(ctx, KernelColl::kMaxRanks, 1)) return false;
     needRegions(ctx);
     CollState& c = ctx.state<CollState>();
     if (!c.ready()) {
@@ -119,7 +119,7 @@ class DeviceOneShot final : public Algorithm {
     k.recv = static_cast<char*>(op.recvbuff);
     k.count = op.count;
     k.slotBytes = kSlotBytes;
-    k.shapeRounds(kBlockBytes);
+    k.shapeRounds(kBlockBytes, kernelRoom(ctx));
     CollState* state = &ctx.state<CollState>();
     k.counter = state->words();
     k.stop = state->stopWord();

@@ -55,12 +55,13 @@ class DeviceP2p final : public Algorithm {
   }
 
   bool warmUp(PlanContext& ctx) const override {
-    if (!devicePeers(ctx, KernelP2p::kMaxRanks)) return false;
+    // A block per lane at least: a group may send to and receive from every peer.
+    if (!devicePeers(ctx, KernelP2p::kMaxRanks, 2 * (ctx.layout().nranks - 1))) return false;
     needRegions(ctx);
     P2pState& s = ctx.state<P2pState>();
     if (!s.ready()) {
       device::OnDevice on(ctx.device());
-      s.init(2 * KernelP2p::kMaxRanks * KernelP2p::kBlocks, ctx.deviceWords());
+      s.init(2 * KernelP2p::kMaxRanks * KernelP2p::kParts, ctx.deviceWords());
     }
     return true;
   }
@@ -77,6 +78,7 @@ class DeviceP2p final : public Algorithm {
     STRATA_REQUIRE(batch->k.add(op.root, send, buf, bytes), ncclInvalidUsage,
                    "%s: rank %d: more than %d sends and receives in one group on device buffers", op.fn, l.rank,
                    KernelP2p::kMaxOps);
+    fitLanes(ctx, batch->k);
     ctx.addTask({kRegion, 0}, [batch, fn = op.fn, stream = ctx.deviceStream(), dev = ctx.device(), state](Links& ln) {
       for (int r = 0; r < batch->k.n; ++r)
         if (r != batch->k.rank) {
@@ -92,6 +94,12 @@ class DeviceP2p final : public Algorithm {
   }
 
  private:
+  // Every block of the kernel must run at once (a lane's blocks wait for peers whose
+  // lanes wait in turn): up to four blocks per lane, fewer where the GPUs hold fewer
+  // (warm-up made sure of one per lane, on every rank alike).
+  static void fitLanes(const PlanContext& ctx, KernelP2p& k) {
+    k.blocksPerLane = std::max(1, std::min(KernelP2p::kParts, kernelRoom(ctx) / k.lanes));
+  }
   static std::shared_ptr<Batch> newBatch(const RankLayout& l, const P2pState& s) {
     auto b = std::make_shared<Batch>();
     b->k.rank = l.rank;

@@ -178,6 +178,7 @@ Config Config::parse(const std::function<const char*(const char*)>& lookup) {
   p.flag("STRATA_GPU_SIM_STRICT", &c.gpuSimStrict);
   p.flag("STRATA_GPU_SIM_JITTER", &c.gpuSimJitter);
   p.flag("STRATA_GPU_SIM_WEAK", &c.gpuSimWeak);
+  p.integer("STRATA_GPU_SIM_BLOCKS", &c.gpuSimBlocks, 1, 1 << 20);
   p.integer("CUDA_DEVICE_MAX_CONNECTIONS", &c.cudaMaxConnections, 1, 32);
   p.str("STRATA_PRESET_DIR", &c.presetDir);
   p.str("NCCL_TOPO_FILE", &c.topoFile);

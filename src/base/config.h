@@ -60,6 +60,7 @@ struct Config {
   bool gpuSimStrict = false;                // STRATA_GPU_SIM_STRICT=1: CUDA calls on a thread with no device set fail
   bool gpuSimJitter = false;                // STRATA_GPU_SIM_JITTER=1: simulated kernels pause at random between steps
   bool gpuSimWeak = false;                  // STRATA_GPU_SIM_WEAK=1: simulated kernels publish stores to peers only at fences
+  int gpuSimBlocks = 528;                   // STRATA_GPU_SIM_BLOCKS: blocks a simulated GPU holds at once (an H200's 132 SMs x 4)
   int spinCount = 2000;                     // STRATA_SPIN: polls before a waiting rank yields, then sleeps
   std::string netPlugin;                    // NCCL_NET_PLUGIN: net plugins to load (name, file, path; comma list;
   bool netPluginSet = false;                //   "none"); unset: libnccl-net.so if there is one

@@ -30,6 +30,7 @@ class CommPlan final : public algorithms::PlanContext, public algorithms::Links 
   void* deviceStream() override;
   uint32_t* deviceWords() override { return comm_.deviceWords(); }
   int device() const override { return comm_.peer(comm_.rank()).device; }
+  int kernelBlocks() const override { return comm_.kernelBlocks(); }
   using PlanContext::linkCapabilities;
   size_t putBytes() const override;
   void needSend(const LinkKey& k, LinkShape shape) override { sends_.push_back({k, shape}); }

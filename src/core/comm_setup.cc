@@ -100,6 +100,7 @@ PeerInfo Communicator::describeSelf(int rank, const CommOptions& opts, std::shar
   self.pid = getpid();
   self.device = opts.device;
   copyString(self.busId, sizeof(self.busId), device::gpuBusId(opts.device));
+  if (opts.device >= 0) self.kernelBlocks = device::kernelBlocksAtOnce(opts.device);
   copyString(self.netName, sizeof(self.netName), opts.netName.empty() ? config().netName : opts.netName);
   self.hostHash = hostIdentity(nullptr);
   self.processHash = processIdentity();
@@ -294,6 +295,8 @@ void Communicator::planNodes() {
     for (const PeerInfo& q : peers_)
       if (&p != &q && (p.device < 0 || (p.sameHost(q) && (p.busId[0] ? strcmp(p.busId, q.busId) == 0 : p.device == q.device))))
         b.ownGpus = false;
+  kernelBlocks_ = peers_[0].kernelBlocks;  // what every rank's GPU holds: the fewest
+  for (const PeerInfo& p : peers_) kernelBlocks_ = std::min(kernelBlocks_, p.kernelBlocks);
   b.sharedMemory = b.nodes == 1 && !staged;
   for (const PeerInfo& p : peers_)
     b.sharedMemory = b.sharedMemory && transport::selectTransport(peers_[rank()], p).has(transport::kSharedRegions);

@@ -87,6 +87,9 @@ class Communicator {
   bool oversubscribed() const { return oversubscribed_; }
   // True when every rank maps every other rank's memory (one host): the LL protocol works.
   bool sharedMemory() const { return tuneBasis_.sharedMemory; }
+  // Blocks of device-driven kernels every rank's GPU runs at once (the fewest any
+  // reports; 0 when some rank has none).
+  int kernelBlocks() const { return kernelBlocks_; }
 
   // The tuner's view of the communicator, and its choice for one operation,
   // remembered for the last few sizes (the configuration, hence NCCL_ALGO /
@@ -158,6 +161,7 @@ class Communicator {
   int slots_ = 0;
   int channels_ = 1;
   bool oversubscribed_ = false;
+  int kernelBlocks_ = 0;
   topology::Plan plan_;                   // this rank's node, as strata-topo plans it
   algorithms::TuneRequest tuneBasis_;     // the request every operation starts from
   struct CachedChoice {

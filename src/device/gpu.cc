@@ -53,6 +53,7 @@ class NoGpus final : public GpuBackend {
   int exchangeCaptureMode(int mode) override { return mode; }
   void kernelColl(const KernelColl&, void*) override { refuse("device kernels"); }
   void kernelP2p(const KernelP2p&, void*) override { refuse("device kernels"); }
+  int kernelBlocksAtOnce(int) override { return 0; }
   void* mappedPointer(void*) override { refuse("pinned memory"); }
   void* eventCreate() override { refuse("events"); }
   void eventDestroy(void*) override { refuse("events"); }
@@ -191,6 +192,7 @@ void gpuCopy(void* dst, const void* src, size_t bytes, void* stream) {
 }
 void launchKernelColl(const KernelColl& k, void* stream) { backend().kernelColl(k, stream); }
 void launchKernelP2p(const KernelP2p& k, void* stream) { backend().kernelP2p(k, stream); }
+int kernelBlocksAtOnce(int device) { return backend().kernelBlocksAtOnce(device); }
 void* mappedPointer(void* pinned) { return backend().mappedPointer(pinned); }
 void* eventCreate() { return backend().eventCreate(); }
 void eventDestroy(void* event) { backend().eventDestroy(event); }

@@ -57,6 +57,9 @@ inline void* const kLegacyStream = reinterpret_cast<void*>(1);
 void launchKernelColl(const KernelColl& k, void* stream);
 // The device-driven point-to-point kernel (kernel_p2p.h), likewise.
 void launchKernelP2p(const KernelP2p& k, void* stream);
+// How many blocks of those kernels `device` runs at once (its SMs times the blocks
+// each holds): kernels whose blocks wait for each other must fit in it together.
+int kernelBlocksAtOnce(int device);
 // The address a kernel uses for memory from pinnedAlloc.
 void* mappedPointer(void* pinned);
 // Events (cudaEventRecord / cudaStreamWaitEvent, no timing): eventRecord marks the

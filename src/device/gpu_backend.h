@@ -64,6 +64,8 @@ class GpuBackend {
   virtual void kernelColl(const KernelColl& k, void* stream) = 0;
   // The device-driven point-to-point kernel (kernel_p2p.h) on `stream`.
   virtual void kernelP2p(const KernelP2p& k, void* stream) = 0;
+  // Blocks of the device-driven kernels `device` runs at once (0: none).
+  virtual int kernelBlocksAtOnce(int device) = 0;
   // The address kernels use for pinned host memory from pinnedAlloc.
   virtual void* mappedPointer(void* pinned) = 0;
   // CUDA graphs: capture `stream` (global mode) from graphBegin to graphEnd, which

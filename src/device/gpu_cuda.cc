@@ -78,6 +78,7 @@ class CudaGpus final : public GpuBackend {
   void copy(void* dst, const void* src, size_t bytes, void* stream) override { cuda::copy(dst, src, bytes, stream); }
   void kernelColl(const KernelColl& k, void* stream) override { cuda::kernelColl(k, stream); }
   void kernelP2p(const KernelP2p& k, void* stream) override { cuda::kernelP2p(k, stream); }
+  int kernelBlocksAtOnce(int device) override { return cuda::kernelBlocksAtOnce(device); }
   void* mappedPointer(void* pinned) override {
     void* p = nullptr;
     checkCuda(cudaHostGetDevicePointer(&p, pinned, 0), "cudaHostGetDevicePointer");

@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <type_traits>
 
 #include "device/combine.h"
@@ -172,8 +174,41 @@ void kernelColl(const KernelColl& k, void* stream) {
   checkCuda(cudaGetLastError(), "device-driven collective kernel launch");
 }
 
+// The fewest blocks of any device-driven kernel an SM of `device` holds at once
+// (registers and threads decide: no shared memory), times its SMs; asked once per
+// device (an answer, not a failure, is kept). 0 when CUDA cannot say (no kernel
+// image for this GPU): no such kernels then. Leaves the current device as it was
+// (switching only when it differs, so no other device's context is made) and
+// clears only an error it caused.
+int kernelBlocksAtOnce(int device) {
+  static std::mutex mu;
+  static std::map<int, int> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(device);
+  if (it != known.end()) return it->second;
+  int previous = -1, sms = 0, fewest = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) return cudaGetLastError(), 0;
+  bool ok = (previous == device || cudaSetDevice(device) == cudaSuccess) &&
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess;
+  auto least = [&](const void* fn) {
+    int per = 0;
+    ok = ok && cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, fn, kCollThreads, 0) == cudaSuccess;
+    fewest = fewest < 0 || per < fewest ? per : fewest;
+  };
+  least(reinterpret_cast<const void*>(p2pKernel));
+  for (ncclDataType_t t : {ncclInt8, ncclUint8, ncclInt32, ncclUint32, ncclInt64, ncclUint64, ncclFloat16, ncclFloat32,
+                           ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2})
+    withDevType(t, [&](auto tag) { least(reinterpret_cast<const void*>(collKernel<decltype(tag)>)); });
+  if (previous != device) cudaSetDevice(previous);
+  if (!ok) {
+    cudaGetLastError();  // the failed query's, not the caller's
+    return 0;
+  }
+  return known[device] = sms * fewest;
+}
+
 void kernelP2p(const KernelP2p& k, void* stream) {
-  p2pKernel<<<k.lanes * KernelP2p::kBlocks, kCollThreads, 0, static_cast<cudaStream_t>(stream)>>>(k);
+  p2pKernel<<<k.blocks(), kCollThreads, 0, static_cast<cudaStream_t>(stream)>>>(k);
   checkCuda(cudaGetLastError(), "device-driven point-to-point kernel launch");
 }
 

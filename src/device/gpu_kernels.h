@@ -17,6 +17,7 @@ void prepare(void* dst, const void* src, size_t count, ncclDataType_t type, cons
 void copy(void* dst, const void* src, size_t bytes, void* stream);
 void kernelColl(const KernelColl& k, void* stream);
 void kernelP2p(const KernelP2p& k, void* stream);
+int kernelBlocksAtOnce(int device);  // SMs x the fewest blocks per SM of any device-driven kernel
 void waitHostFlag(void* stream, const uint64_t* flag, uint64_t value);
 
 }  // namespace strata::device::cuda

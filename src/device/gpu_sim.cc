@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "base/config.h"
 #include "base/error.h"
 #include "device/dtypes.h"
 #include "device/gpu.h"
@@ -233,27 +234,31 @@ class SimGpus final : public GpuBackend {
     }
     // Its waits for peers hold the stream as a flag wait does: a free that synchronises
     // this device meanwhile is reported as the deadlock it can be.
+    fitsAtOnce(name, k.blocks, dev);
     DeviceWork& w = deviceWork(dev);
-    on(stream, [k, &w] {
+    on(stream, [k, &w, dev] {
       w.flagWaits.fetch_add(1);
-      sim::runKernelColl(k);
+      sim::runKernelColl(k, dev);
       w.flagWaits.fetch_sub(1);
     });
   }
   void kernelP2p(const KernelP2p& k, void* stream) override {
     const char* name = "the device-driven point-to-point kernel";
     int dev = launch(name, stream);
+    fitsAtOnce(name, k.blocks(), dev);
     for (int r = 0; r < k.n; ++r) reaches(dev, name, k.region[r]);
     reaches(dev, name, k.counts);
     for (int i = 0; i < k.ops; ++i)
       if (k.op[i].bytes) reaches(dev, name, k.op[i].buf);
     DeviceWork& w = deviceWork(dev);
-    on(stream, [k, &w] {
+    on(stream, [k, &w, dev] {
       w.flagWaits.fetch_add(1);
-      sim::runKernelP2p(k);
+      sim::runKernelP2p(k, dev);
       w.flagWaits.fetch_sub(1);
     });
   }
+
+  int kernelBlocksAtOnce(int) override { return config().gpuSimBlocks; }
 
   void* pinnedAlloc(size_t bytes) override {
     use("cudaHostAlloc");
@@ -406,6 +411,14 @@ class SimGpus final : public GpuBackend {
       fail(ncclUnhandledCudaError, "simulated GPU: %s launched on device %d into a stream of device %d (CUDA refuses a "
                                    "launch into a stream that is not the current device's)", kernel, d, st->device());
     return d;
+  }
+  // Strict mode: a device-driven kernel's blocks wait for peers' blocks, so all must
+  // be running at once; a GPU starts a grid larger than it holds as room frees, in
+  // no promised order.
+  void fitsAtOnce(const char* kernel, int blocks, int device) const {
+    if (strict_ && blocks > config().gpuSimBlocks)
+      fail(ncclInvalidUsage, "simulated GPU (STRATA_GPU_SIM_STRICT): %s launched with %d blocks where device %d runs %d at "
+                             "once (STRATA_GPU_SIM_BLOCKS)", kernel, blocks, device, config().gpuSimBlocks);
   }
   // IPC mappings: size and, for the owner, the segment's name.
   void remember(void* p, size_t bytes, const std::string& name) {

@@ -5,6 +5,9 @@
 // (sim_prims.h); STRATA_GPU_SIM_JITTER and STRATA_GPU_SIM_WEAK make them harsher.
 #include "base/config.h"
 #include "device/gpu_sim_state.h"
+#include <unistd.h>
+
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -14,10 +17,11 @@
 
 namespace strata::device::sim {
 
-void runKernelColl(const KernelColl& given) {
+void runKernelColl(const KernelColl& given, int device) {
   KernelColl k = given;
   if (k.op.scalarAt) loadScalar(k.op.scalarAt, k.type, &k.op);  // now, as the kernel runs
   HostPrims p(k, config().gpuSimJitter, config().gpuSimWeak);
+  BlockRoom room(device, k.blocks);
   for (int b = 0; b < k.blocks; ++b) {
     kernel::runBlock(k, p, b);
     p.publish();  // the block is done: everything it stored is visible
@@ -25,15 +29,20 @@ void runKernelColl(const KernelColl& given) {
 }
 
 // Every block of a point-to-point kernel runs on a thread of its own, as a GPU runs
-// them all at once: a lane's sends may wait for a peer whose receives are in another
-// lane, and the blocks of one lane may be at different chunks.
-void runKernelP2p(const KernelP2p& k) {
+// them at once: a lane's sends may wait for a peer whose receives are in another
+// lane, and the blocks of one lane may be at different chunks. Block b starts once
+// b - room blocks have ended (a GPU starts a grid's blocks in order, as room frees).
+void runKernelP2p(const KernelP2p& k, int device) {
+  BlockRoom room(device, k.blocks());
+  std::atomic<int> ended{0};
   std::vector<std::thread> blocks;
-  for (int b = 0; b < k.lanes * KernelP2p::kBlocks; ++b)
-    blocks.emplace_back([&k, b] {
+  for (int b = 0; b < k.blocks(); ++b)
+    blocks.emplace_back([&k, &ended, b, held = room.held()] {
+      while (b >= held + ended.load()) usleep(50);
       HostPrims p(k, config().gpuSimJitter, config().gpuSimWeak);
       kernel::runP2pBlock(k, p, b);
       p.publish();
+      ended.fetch_add(1);
     });
   for (std::thread& t : blocks) t.join();
 }

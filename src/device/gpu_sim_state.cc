@@ -96,6 +96,7 @@ struct HwQueues {
   pid_t pid = getpid();
   std::atomic<uint64_t> streams[kMaxSimGpus] = {};  // streams made on each device
   HwQueue queue[kMaxSimGpus][32];                   // CUDA_DEVICE_MAX_CONNECTIONS is at most 32
+  std::atomic<int> residentBlocks[kMaxSimGpus] = {};  // blocks of device-driven kernels running (BlockRoom)
 };
 HwQueues& hwQueues() {
   return perProcess<HwQueues>(arena().hwQueues, [](HwQueues*) {});
@@ -201,6 +202,29 @@ void forbidInCallback(const char* call) {
 }
 
 DeviceWork& deviceWork(int device) { return arena().work[device]; }
+
+BlockRoom::BlockRoom(int device, int grid) : device_(device) {
+  int capacity = config().gpuSimBlocks;
+  held_ = grid < capacity ? grid : capacity;
+  std::atomic<int>& used = hwQueues().residentBlocks[device];
+  auto since = std::chrono::steady_clock::now();
+  bool told = false;
+  for (int spins = 0;; ++spins) {
+    int now = used.load();
+    if (now + held_ <= capacity && used.compare_exchange_weak(now, now + held_)) return;
+    if (spins < 100) sched_yield();
+    else usleep(50);
+    if (!told && spins % 1024 == 0 && std::chrono::steady_clock::now() - since > std::chrono::seconds(10)) {
+      told = true;
+      fprintf(stderr, "simulated GPU: device %d: a kernel of %d blocks has waited 10 s to start: %d of the %d blocks "
+                      "the GPU runs at once (STRATA_GPU_SIM_BLOCKS) belong to kernels still running; kernels that "
+                      "wait for each other must fit on the GPU together\n",
+              device, grid, used.load(), capacity);
+    }
+  }
+}
+
+BlockRoom::~BlockRoom() { hwQueues().residentBlocks[device_].fetch_sub(held_); }
 
 bool inArena(const void* p) {
   auto a = reinterpret_cast<uintptr_t>(p);

@@ -31,6 +31,24 @@ struct DeviceWork {
 };
 DeviceWork& deviceWork(int device);
 
+// A GPU runs only so many blocks at once (STRATA_GPU_SIM_BLOCKS); the rest of a grid,
+// and later kernels, start as running blocks end. A kernel holds room for
+// min(grid, capacity) blocks from its start to its end, taking it when the device
+// has it free: a kernel whose blocks wait for a kernel that cannot start (no room
+// left) waits until its own waits give up, as on a GPU. Says on stderr, once per
+// kernel, when it has waited 10 s. All or nothing: a GPU starts part of a grid where
+// part fits, so this is the stricter of the two. One count per device and process (a
+// forked child starts its own, as a process has its own CUDA context).
+class BlockRoom {
+ public:
+  BlockRoom(int device, int grid);
+  ~BlockRoom();
+  int held() const { return held_; }
+
+ private:
+  int device_, held_;
+};
+
 // A device's hardware queues (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default, 1 under
 // Megatron): its streams share them round robin, and each queue starts work in the
 // order it was submitted, whichever stream it came from. So work that cannot start
@@ -203,9 +221,11 @@ bool recording(void* stream);
 // Device `device`'s legacy default stream (stream 0), one per process for every copy
 // of this code; it lives until the process ends.
 SimStream& legacyStream(int device);
-// The device-driven collective kernel, every block, on the calling (stream) thread.
-void runKernelColl(const KernelColl& k);
-// The device-driven point-to-point kernel: a thread per block, joined before it returns.
-void runKernelP2p(const KernelP2p& k);
+// The device-driven collective kernel on `device`, every block in order, on the
+// calling (stream) thread, once the device has room (BlockRoom).
+void runKernelColl(const KernelColl& k, int device);
+// The device-driven point-to-point kernel: a thread per block, joined before it
+// returns; blocks start in order as the device has room for them.
+void runKernelP2p(const KernelP2p& k, int device);
 
 }  // namespace strata::device::sim

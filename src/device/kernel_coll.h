@@ -77,8 +77,9 @@ struct KernelColl {
   // Sets chunk and blocks for count (coll, n, es and slotBytes set): a round is up to
   // a slot of the piece (one-shot) or a slot per rank's slice (two-shot), in whole
   // 16-byte vectors so every block's range stays aligned; a block per `blockBytes`
-  // of a slot, 1 to kMaxBlocks.
-  void shapeRounds(size_t blockBytes) {
+  // of a slot, 1 to kMaxBlocks and to `maxBlocks` (what the GPUs run at once: a
+  // block waits for the same block of its peers, so every block must be running).
+  void shapeRounds(size_t blockBytes, int maxBlocks = kMaxBlocks) {
     size_t v = 16 / es, slotElems = slotBytes / es;
     size_t share = twoShot() ? (count + n - 1) / n : count;
     size_t span = (share + v - 1) / v * v;
@@ -86,7 +87,8 @@ struct KernelColl {
     chunk = twoShot() ? span * n : span;
     if (chunk == 0) chunk = 16 / es;  // an empty operation: no rounds
     size_t b = (span * es + blockBytes - 1) / blockBytes;
-    blocks = static_cast<int>(b < 1 ? 1 : b > kMaxBlocks ? kMaxBlocks : b);
+    size_t most = maxBlocks < 1 ? 1 : maxBlocks < kMaxBlocks ? maxBlocks : kMaxBlocks;
+    blocks = static_cast<int>(b < 1 ? 1 : b > most ? most : b);
   }
 };
 

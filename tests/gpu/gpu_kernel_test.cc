@@ -200,7 +200,51 @@ INSTANTIATE_TEST_SUITE_P(Ranks, DeviceOneShotP2p,
                            return std::string(modeName(std::get<0>(info.param))) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
                          });
 
-// On the legacy stream (0) too, ordered with the copies there, in one round and in several.
+// Simulated GPUs that run `blocks` blocks at once (STRATA_GPU_SIM_BLOCKS), for `body`.
+template <typename F>
+void withBlocksAtOnce(const char* blocks, F body) {
+  setenv("STRATA_GPU_SIM_BLOCKS", blocks, 1);
+  setenv("STRATA_TIMEOUT", "20", 1);
+  reloadEnvironment();
+  body();
+  unsetenv("STRATA_GPU_SIM_BLOCKS");
+  unsetenv("STRATA_TIMEOUT");
+  reloadEnvironment();
+}
+
+// GPUs that run four blocks at once, two of them for a communicator's point-to-point
+// kernel: a ring exchange's two lanes (receive from the previous rank, send to the
+// next) at four blocks each would start only part of the first lane, every rank's
+// receives waiting for sends that never start (the messages outgrow the slots; strict
+// mode refuses the grid outright). A block per lane fits, and the exchange goes
+// through, captured in a graph as only the device-driven path allows.
+TEST(DeviceOneShotP2pRoom, ARingExchangeFitsAGpuThatRunsFourBlocksAtOnce) {
+  REQUIRE_GPUS(2);
+  if (!simulated()) GTEST_SKIP() << "sets the simulated GPUs' size";
+  withBlocksAtOnce("4", [] {
+    EXPECT_EQ(failures(runRanks(Mode::kThreads, 2, p2pRank, 300)), "");
+    EXPECT_EQ(failures(runRanks(Mode::kProcesses, 2, p2pRank, 300)), "");
+  });
+}
+
+// Rank 0's GPU runs two blocks at once, rank 1's the default: too few on rank 0 for a
+// block per lane of a group that may send to and receive from every peer, so on both
+// ranks (every rank plans with the fewest any GPU holds) sends and receives go
+// through the proxy, which refuses graph capture, rather than one rank launching a
+// kernel its peer never meets.
+TEST(DeviceOneShotP2pRoom, ARankWhoseGpuHoldsTooFewBlocksKeepsEveryRankOnTheProxy) {
+  REQUIRE_GPUS(2);
+  if (!simulated()) GTEST_SKIP() << "sets the simulated GPUs' size";
+  auto results = runRanks(Mode::kProcesses, 2, p2pRank, 120, [](int rank) {
+    if (rank == 0) setenv("STRATA_GPU_SIM_BLOCKS", "2", 1);
+    reloadEnvironment();
+    return std::string();
+  });
+  ASSERT_EQ(results.size(), 2u);
+  for (const RankResult& r : results)
+    EXPECT_NE(r.error.find("capture refused"), std::string::npos) << "rank " << r.rank << ": " << r.error;
+}
+
 TEST(DeviceOneShotStreams, TheLegacyStreamToo) {
   REQUIRE_GPUS(2);
   auto results = runRanks(Mode::kThreads, 2, [](int rank, int n, const ncclUniqueId& id) -> std::string {

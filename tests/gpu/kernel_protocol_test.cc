@@ -140,15 +140,19 @@ TEST(KernelCollProtocol, WeakMemoryNeedsTheFence) {
 // thread of its own (as the simulator runs it: a GPU runs all blocks at once). The
 // sizes cross chunks and outgrow the slots, so senders wait for receivers; the short
 // ones (3 and 65 bytes) leave some blocks of a lane without a part, so the blocks'
-// chunk counts differ, and cover a chunk that is not a multiple of 64 bytes.
+// chunk counts differ, and cover a chunk that is not a multiple of 64 bytes. With
+// `mixed`, rank r runs (r + op) % 4 + 1 blocks per lane in operation op, so the ends of
+// a channel split the parts of a chunk differently (as ranks whose groups have
+// different lane counts do), and a rank's split changes between kernels on the same
+// stored counts.
 uint8_t byteOf(int rank, int msg, size_t i, int op) { return static_cast<uint8_t>(i * 131 + rank * 17 + msg * 5 + op * 3); }
 
 template <class P>
-std::string runP2p(int n, bool weak, int ops) {
+std::string runP2p(int n, bool weak, int ops, bool mixed = false) {
   const int msgs = 4;
   const size_t sizes[msgs] = {3, (1 << 20) + 13, 65, 4001};
   std::vector<std::vector<uint64_t>> regions(n, std::vector<uint64_t>(KernelP2p::regionBytes(n) / 8));
-  std::vector<std::vector<uint64_t>> counts(n, std::vector<uint64_t>(2 * KernelP2p::kMaxRanks * KernelP2p::kBlocks));
+  std::vector<std::vector<uint64_t>> counts(n, std::vector<uint64_t>(2 * KernelP2p::kMaxRanks * KernelP2p::kParts));
   std::vector<std::vector<std::vector<uint8_t>>> in(n), out(n);
   uint32_t words[2] = {0, 0};
   for (int r = 0; r < n; ++r)
@@ -162,6 +166,7 @@ std::string runP2p(int n, bool weak, int ops) {
       KernelP2p& k = ks[r];
       k.rank = r;
       k.n = n;
+      if (mixed) k.blocksPerLane = (r + op) % 4 + 1;
       for (int m = 0; m < msgs; ++m) {  // receives first on odd ranks: lanes are not in call order
         k.add(r % 2 ? (r + n - 1) % n : (r + 1) % n, r % 2 == 0, reinterpret_cast<char*>((r % 2 ? out : in)[r][m].data()), sizes[m]);
         k.add(r % 2 ? (r + 1) % n : (r + n - 1) % n, r % 2 != 0, reinterpret_cast<char*>((r % 2 ? in : out)[r][m].data()), sizes[m]);
@@ -174,7 +179,7 @@ std::string runP2p(int n, bool weak, int ops) {
     }
     std::vector<std::thread> blocks;
     for (int r = 0; r < n; ++r)
-      for (int b = 0; b < ks[r].lanes * KernelP2p::kBlocks; ++b)
+      for (int b = 0; b < ks[r].blocks(); ++b)
         blocks.emplace_back([&ks, r, b, weak] {
           P p(ks[r], false, weak);
           device::kernel::runP2pBlock(ks[r], p, b);
@@ -196,6 +201,10 @@ TEST(KernelP2pProtocol, RingExchangeExactUnderWeakMemory) {
   for (int n : {2, 3, 4}) EXPECT_EQ(runP2p<device::sim::HostPrims>(n, true, 3), "") << n << " ranks";
 }
 
+TEST(KernelP2pProtocol, EndsWithDifferentBlocksPerLaneStayInStep) {
+  for (int n : {2, 3, 4}) EXPECT_EQ(runP2p<device::sim::HostPrims>(n, true, 3, true), "") << n << " ranks";
+}
+
 TEST(KernelP2pProtocol, WeakMemoryNeedsTheFence) {
   EXPECT_EQ(runP2p<NoFence>(3, false, 2), "");
   EXPECT_EQ(runP2p<NoFence>(3, true, 2).rfind("op 0, ", 0), 0u);
@@ -206,7 +215,7 @@ TEST(KernelP2pProtocol, WeakMemoryNeedsTheFence) {
 // timeout; the first failure is the one recorded).
 TEST(KernelP2pProtocol, ASizeMismatchFailsNamingTheSender) {
   std::vector<uint64_t> region0(KernelP2p::regionBytes(2) / 8), region1(KernelP2p::regionBytes(2) / 8);
-  std::vector<uint64_t> counts0(2 * KernelP2p::kMaxRanks * KernelP2p::kBlocks), counts1(counts0.size());
+  std::vector<uint64_t> counts0(2 * KernelP2p::kMaxRanks * KernelP2p::kParts), counts1(counts0.size());
   std::vector<char> in(5000), out(4000);
   uint32_t words[2] = {0, 0};
   KernelP2p k[2];
@@ -226,7 +235,7 @@ TEST(KernelP2pProtocol, ASizeMismatchFailsNamingTheSender) {
   for (int r = 0; r < 2; ++r)
     ranks.emplace_back([&k, r] {
       device::sim::HostPrims p(k[r], false, false);
-      for (int b = 0; b < KernelP2p::kBlocks; ++b) device::kernel::runP2pBlock(k[r], p, b);
+      for (int b = 0; b < k[r].blocks(); ++b) device::kernel::runP2pBlock(k[r], p, b);
     });
   for (std::thread& t : ranks) t.join();
   EXPECT_EQ(words[1] >> 8, static_cast<uint32_t>(KernelColl::kSizeMismatch));
