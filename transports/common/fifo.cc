@@ -26,10 +26,11 @@ char* slotData(FifoHeader* h, uint64_t index) {
 
 // Fills an offer or exposure with where [p, p + bytes) is: its address, and the
 // segment peers map when it is one (ncclMemAlloc's memory).
-void describe(FifoOffer& o, const void* p, size_t bytes) {
+void describe(FifoOffer& o, const void* p, size_t bytes, bool independent) {
   o.addr = reinterpret_cast<uintptr_t>(p);
   o.bytes = bytes;
   o.written = 0;
+  o.independent = independent;
   SharedBufferRef ref;
   bool mapped = findShared(p, bytes, &ref) && ref.segment.size() < sizeof(o.segment);
   o.segmentOffset = mapped ? ref.offset : 0;
@@ -72,7 +73,7 @@ class FifoSender final : public SendConnection, public PutSender, public GetSend
   bool tryExpose(const void* src, size_t bytes, const Registration& reg) override {
     checkRegistration(src, bytes, reg);
     if (exposed_ - getsCompleted_ >= kMaxOffers) return false;
-    describe(h_->sources[exposed_ % kMaxOffers], src, bytes);
+    describe(h_->sources[exposed_ % kMaxOffers], src, bytes, true);  // read by point-to-point receives only
     pendingSources_.push_back({static_cast<const char*>(src), bytes});
     h_->exposed.store(++exposed_, std::memory_order_release);
     bell_->ring();
@@ -82,26 +83,31 @@ class FifoSender final : public SendConnection, public PutSender, public GetSend
   bool tryGetDone() override {
     STRATA_REQUIRE(!pendingSources_.empty(), ncclInternalError, "waiting for a read of memory never exposed");
     if (h_->getsDone.load(std::memory_order_acquire) > getsCompleted_) return finishExposure();
-    // The receiver cannot read this process's memory: the data goes through the slots.
-    if (!h_->getsThroughSlots.load(std::memory_order_acquire)) return false;
+    // The receiver cannot read this process's memory, or asked for this exposure
+    // through the slots (cheaper): the data goes through the slots.
+    if (!h_->getsThroughSlots.load(std::memory_order_acquire) &&
+        h_->slotExposures.load(std::memory_order_acquire) <= getsCompleted_)
+      return false;
     const auto& [src, bytes] = pendingSources_.front();
     return throughSlots(src, bytes) && finishExposure();
   }
 
   bool tryPut(const void* src, size_t bytes) override {
     if (!offered(puts_)) return false;
-    const FifoOffer& o = h_->offers[puts_ % kMaxOffers];
+    FifoOffer& o = h_->offers[puts_ % kMaxOffers];
     STRATA_REQUIRE(bytes <= o.bytes, ncclInvalidUsage,
                    "one-sided write of %zu bytes into an offer of %llu: the ranks disagree on the message (counts, "
                    "types or the order of calls differ)",
                    bytes, static_cast<unsigned long long>(o.bytes));
-    if (!throughSlots_ && !writer_->write(o, 0, src, bytes)) throughSlots_ = true;  // sticky: every later put too
-    if (throughSlots_) {
-      if (!throughSlots(src, bytes)) return false;
-      ++puts_;  // the offer is used up (putsDone stays: the receiver counts the slot messages)
-      return true;
-    }
-    h_->offers[puts_ % kMaxOffers].written = bytes;
+    // Through the slots where this process cannot write into the offer (sticky: every
+    // later put too), or where a write would cost more than the slots' two copies and
+    // the receiver drains the slots while it waits (an independent offer; a ring's
+    // receiver may first wait for its own put): this put only, the same answer when
+    // called again to finish it.
+    bool slots = throughSlots_ || (o.independent && !writer_->worthIt(o, bytes));
+    if (!slots && !writer_->write(o, 0, src, bytes)) slots = throughSlots_ = true;
+    if (slots && !throughSlots(src, bytes)) return false;
+    o.written = bytes | (slots ? kPutThroughSlots : 0);  // a put through the slots: its chunks are posted by now
     h_->putsDone.store(++puts_, std::memory_order_release);
     bell_->ring();
     return true;
@@ -181,31 +187,37 @@ class FifoReceiver final : public RecvConnection, public PutReceiver, public Get
   GetReceiver* gets() override { return reader_ ? this : nullptr; }
 
   bool tryGet(void* dst, size_t bytes, size_t* got) override {
-    if (!getsThroughSlots_) {
+    if (!getsThroughSlots_ && !slotGet_) {
       if (h_->exposed.load(std::memory_order_acquire) <= gets_) return false;
       const FifoOffer& from = h_->sources[gets_ % kMaxOffers];
       STRATA_REQUIRE(from.bytes <= bytes, ncclInvalidUsage,
                      "the sender exposed %llu bytes where this receive expects at most %zu (counts or types differ)",
                      static_cast<unsigned long long>(from.bytes), bytes);
-      if (reader_->read(from, 0, dst, from.bytes)) {
+      if (from.independent && !reader_->worthIt(from, from.bytes)) {  // through the slots: the sender copies it in
+        slotGet_ = true;
+        h_->slotExposures.store(gets_ + 1, std::memory_order_release);
+        bell_->ring();
+      } else if (reader_->read(from, 0, dst, from.bytes)) {
         *got = from.bytes;
         h_->getsDone.store(++gets_, std::memory_order_release);
         bell_->ring();
         return true;
+      } else {
+        getsThroughSlots_ = true;  // sticky: the sender sends every exposure through the slots from now on
+        h_->getsThroughSlots.store(1, std::memory_order_release);
+        bell_->ring();
       }
-      getsThroughSlots_ = true;  // sticky: the sender sends every exposure through the slots from now on
-      h_->getsThroughSlots.store(1, std::memory_order_release);
-      bell_->ring();
     }
     if (!intoPlace(static_cast<char*>(dst), bytes, got)) return false;
+    slotGet_ = false;
     ++gets_;
     return true;
   }
 
-  bool tryOffer(void* dst, size_t bytes, const Registration& reg, bool) override {
+  bool tryOffer(void* dst, size_t bytes, const Registration& reg, bool independent) override {
     checkRegistration(dst, bytes, reg);
     if (posted_ - completed_ >= kMaxOffers) return false;
-    describe(h_->offers[posted_ % kMaxOffers], dst, bytes);
+    describe(h_->offers[posted_ % kMaxOffers], dst, bytes, independent);
     pending_.push_back({static_cast<char*>(dst), bytes});
     h_->offersPosted.store(++posted_, std::memory_order_release);
     bell_->ring();
@@ -214,19 +226,12 @@ class FifoReceiver final : public RecvConnection, public PutReceiver, public Get
 
   bool tryPutDone(size_t* bytes) override {
     STRATA_REQUIRE(!pending_.empty(), ncclInternalError, "waiting for a one-sided write that was never offered");
-    if (h_->putsDone.load(std::memory_order_acquire) > completed_) {
-      *bytes = h_->offers[completed_ % kMaxOffers].written;
-      return finishOffer();
-    }
+    if (writtenInPlace(bytes)) return finishOffer();
     if (!arrived()) return false;
     // A two-sided message where a chunk of this put would be: the sender wrote the
     // put into place and stored its count before it posted the message (checked
     // again now, as it may have landed after the load above).
-    if (slotBytes_ == 0 && !(h_->sizes[tail_ % h_->slots] & kPutThroughSlots) &&
-        h_->putsDone.load(std::memory_order_acquire) > completed_) {
-      *bytes = h_->offers[completed_ % kMaxOffers].written;
-      return finishOffer();
-    }
+    if (!(h_->sizes[tail_ % h_->slots] & kPutThroughSlots) && writtenInPlace(bytes)) return finishOffer();
     // Otherwise the sender could not write into this memory: the put comes through the slots.
     Pending& p = pending_.front();
     if (intoPlace(p.dst, p.bytes, bytes)) return finishOffer();
@@ -242,6 +247,15 @@ class FifoReceiver final : public RecvConnection, public PutReceiver, public Get
     if (headSeen_ != tail_) return true;
     headSeen_ = h_->head.load(std::memory_order_acquire);
     return headSeen_ != tail_;
+  }
+  // The oldest offer was written straight into place (not through the slots, whose
+  // chunks the sender posts before it counts the put done); *bytes gets its size.
+  bool writtenInPlace(size_t* bytes) {
+    if (slotBytes_ != 0 || h_->putsDone.load(std::memory_order_acquire) <= completed_) return false;
+    uint64_t written = h_->offers[completed_ % kMaxOffers].written;
+    if (written & kPutThroughSlots) return false;
+    *bytes = written;
+    return true;
   }
   bool finishOffer() {
     pending_.pop_front();
@@ -282,6 +296,7 @@ class FifoReceiver final : public RecvConnection, public PutReceiver, public Get
   size_t slotBytes_ = 0;         // of the transfer coming through the slots, so far
   uint64_t gets_;                // exposures read
   bool getsThroughSlots_ = false;
+  bool slotGet_ = false;         // the exposure being read comes through the slots (asked for)
 };
 
 }  // namespace

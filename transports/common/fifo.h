@@ -22,6 +22,8 @@ struct FifoOffer {
   uint64_t bytes;
   uint64_t segmentOffset;
   uint64_t written;  // set by the sender before it counts the put done
+  uint64_t independent;  // nothing the other end sends depends on this transfer completing (PutReceiver::tryOffer):
+                         // it may go through the slots, which needs the receiver to drain them meanwhile
   char segment[48];  // "" when not mapped
 };
 
@@ -43,6 +45,7 @@ struct FifoHeader {
   alignas(64) std::atomic<uint64_t> exposed;    // by the sender
   alignas(64) std::atomic<uint64_t> getsDone;   // by the receiver: exposures read
   std::atomic<uint32_t> getsThroughSlots;       // by the receiver: it cannot read the sender's memory
+  std::atomic<uint64_t> slotExposures;          // by the receiver: exposures below this index come through the slots
   alignas(64) int32_t senderPid;                // set when the sender connects
   uint64_t senderProbeAddr;
   uint64_t senderProbe;
@@ -57,6 +60,12 @@ class PeerMemory {
   virtual ~PeerMemory() = default;
   virtual bool write(const FifoOffer& to, size_t offset, const void* src, size_t bytes) = 0;
   virtual bool read(const FifoOffer& from, size_t offset, void* dst, size_t bytes) = 0;
+  // Whether moving `bytes` into or out of `o` this way costs less than the two copies
+  // through the slots (false: the FIFO sends that transfer through the slots).
+  virtual bool worthIt(const FifoOffer& o, size_t bytes) const {
+    (void)o, (void)bytes;
+    return true;
+  }
 };
 using PutWriter = PeerMemory;
 

@@ -35,6 +35,12 @@ bool probeCma(pid_t pid, uint64_t probeAddr, uint64_t probe, std::string* why) {
   return got == probe;
 }
 
+// Below this, a Cross Memory Attach transfer (a system call that pins the pages)
+// takes longer than the two copies through the slots: with them, 0.4-0.7x the time
+// for 16-64 KiB transfers on the 2-core VM, while from 128 KiB the single copy wins
+// or ties (docs/perf.md, "One-sided transfers below 128 KiB").
+constexpr size_t kCmaWorthBytes = 128 << 10;
+
 // The other end's memory: a plain copy into or out of a segment both map
 // (ncclMemAlloc's buffers), else Cross Memory Attach, probed at first use (the
 // sender's half of the header is filled only when it connects).
@@ -57,6 +63,7 @@ class CmaPeer final : public PeerMemory {
     }
     return cma(false, reinterpret_cast<char*>(from.addr) + offset, dst, bytes);
   }
+  bool worthIt(const FifoOffer& o, size_t bytes) const override { return o.segment[0] || bytes >= kCmaWorthBytes; }
 
  private:
   bool usable() {
