@@ -77,7 +77,8 @@ class PutReceiver {
   // unless `reg` is live and covers [dst, dst + bytes). `independent`: nothing the
   // peer sends depends on this receive completing (a point-to-point receive); the
   // transport may then post it with the independent offers made right after it as
-  // one grouped receive, which completes as a whole (Network::irecv).
+  // one grouped receive, which completes as a whole (Network::irecv), or carry it
+  // through its slots, so the caller must keep polling tryPutDone while it waits.
   virtual bool tryOffer(void* dst, size_t bytes, const Registration& reg, bool independent) = 0;
   // True once the oldest offer has been written; *bytes gets what was written.
   virtual bool tryPutDone(size_t* bytes) = 0;

@@ -106,8 +106,10 @@ class FifoSender final : public SendConnection, public PutSender, public GetSend
     // called again to finish it.
     bool slots = throughSlots_ || (o.independent && !writer_->worthIt(o, bytes));
     if (!slots && !writer_->write(o, 0, src, bytes)) slots = throughSlots_ = true;
+    // Marked before the first chunk goes: once the last is taken the receiver may
+    // finish this offer and reuse its entry.
+    o.written = bytes | (slots ? kPutThroughSlots : 0);
     if (slots && !throughSlots(src, bytes)) return false;
-    o.written = bytes | (slots ? kPutThroughSlots : 0);  // a put through the slots: its chunks are posted by now
     h_->putsDone.store(++puts_, std::memory_order_release);
     bell_->ring();
     return true;
@@ -229,8 +231,8 @@ class FifoReceiver final : public RecvConnection, public PutReceiver, public Get
     if (writtenInPlace(bytes)) return finishOffer();
     if (!arrived()) return false;
     // A two-sided message where a chunk of this put would be: the sender wrote the
-    // put into place and stored its count before it posted the message (checked
-    // again now, as it may have landed after the load above).
+    // put into place (unmarked) and counted it before it posted the message (checked
+    // again now, as the count may have landed after the load above).
     if (!(h_->sizes[tail_ % h_->slots] & kPutThroughSlots) && writtenInPlace(bytes)) return finishOffer();
     // Otherwise the sender could not write into this memory: the put comes through the slots.
     Pending& p = pending_.front();

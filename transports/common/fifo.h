@@ -45,7 +45,7 @@ struct FifoHeader {
   alignas(64) std::atomic<uint64_t> exposed;    // by the sender
   alignas(64) std::atomic<uint64_t> getsDone;   // by the receiver: exposures read
   std::atomic<uint32_t> getsThroughSlots;       // by the receiver: it cannot read the sender's memory
-  std::atomic<uint64_t> slotExposures;          // by the receiver: exposures below this index come through the slots
+  std::atomic<uint64_t> slotExposures;          // by the receiver: N asks for exposure N - 1 through the slots
   alignas(64) int32_t senderPid;                // set when the sender connects
   uint64_t senderProbeAddr;
   uint64_t senderProbe;

@@ -63,7 +63,9 @@ class CmaPeer final : public PeerMemory {
     }
     return cma(false, reinterpret_cast<char*>(from.addr) + offset, dst, bytes);
   }
-  bool worthIt(const FifoOffer& o, size_t bytes) const override { return o.segment[0] || bytes >= kCmaWorthBytes; }
+  bool worthIt(const FifoOffer& o, size_t bytes) const override {
+    return o.segment[0] || bytes == 0 || bytes >= kCmaWorthBytes;
+  }
 
  private:
   bool usable() {
