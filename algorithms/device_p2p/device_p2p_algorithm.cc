@@ -10,6 +10,7 @@
 #include "algorithms/algorithm.h"
 #include "algorithms/common/cost_model.h"
 #include "algorithms/common/kernel_task.h"
+#include "algorithms/device_p2p/p2p_windows.h"
 #include "base/config.h"
 #include "device/dtypes.h"
 #include "device/gpu.h"
@@ -23,10 +24,13 @@ constexpr double kLaunchUs = 4.0;  // as DeviceOneShot's (estimates, docs/topolo
 constexpr double kChunkUs = 1.0;   // a flag per chunk, mostly hidden behind the next chunk's copy
 constexpr uint64_t kRegion = linkId("device.p2p");
 
-// The group being planned: its transfers gather here and go out as one kernel at
-// the first task's progress (the executor plans a whole group before it runs it).
+// The group being planned: its transfers gather here and go out at the first task's
+// progress (the executor plans a whole group before it runs it), as one kernel or,
+// past a kernel's kMaxOps, several in turn (p2p_windows.h).
 struct Batch {
-  KernelP2p k;
+  KernelP2p base;  // what every kernel of the group shares
+  std::vector<KernelP2p::Op> ops;
+  int room = 0;  // blocks a kernel may take
   bool launched = false;
 };
 
@@ -74,40 +78,37 @@ class DeviceP2p final : public Algorithm {
     if (!batch || batch->launched) state->open = batch = newBatch(l, *state);
     bool send = op.kind == CollectiveOp::Kind::kSend;
     char* buf = send ? const_cast<char*>(static_cast<const char*>(op.sendbuff)) : static_cast<char*>(op.recvbuff);
-    size_t bytes = op.count * device::dtypeSize(op.type);
-    STRATA_REQUIRE(batch->k.add(op.root, send, buf, bytes), ncclInvalidUsage,
-                   "%s: rank %d: more than %d sends and receives in one group on device buffers", op.fn, l.rank,
-                   KernelP2p::kMaxOps);
-    fitLanes(ctx, batch->k);
+    STRATA_REQUIRE(op.root >= 0 && op.root < l.nranks && op.root != l.rank, ncclInvalidArgument,
+                   "%s: rank %d: peer %d is not another rank of this communicator of %d", op.fn, l.rank, op.root,
+                   l.nranks);
+    batch->ops.push_back({op.root, send, buf, op.count * device::dtypeSize(op.type)});
+    batch->room = kernelRoom(ctx);
     ctx.addTask({kRegion, 0}, [batch, fn = op.fn, stream = ctx.deviceStream(), dev = ctx.device(), state](Links& ln) {
-      for (int r = 0; r < batch->k.n; ++r)
-        if (r != batch->k.rank) {
-          batch->k.region[r] = static_cast<char*>(ln.regionOut({r, kRegion}).data);
-          batch->k.region[batch->k.rank] = static_cast<char*>(ln.regionIn({r, kRegion}).data);
+      KernelP2p& k = batch->base;
+      for (int r = 0; r < k.n; ++r)
+        if (r != k.rank) {
+          k.region[r] = static_cast<char*>(ln.regionOut({r, kRegion}).data);
+          k.region[k.rank] = static_cast<char*>(ln.regionIn({r, kRegion}).data);
         }
       return std::make_unique<KernelTask>(fn, dev, [batch, stream, state] {
         if (batch->launched) return;  // the group's first task launched it
         batch->launched = true;
-        state->launch(stream, [&] { device::launchKernelP2p(batch->k, stream); });
+        state->launch(stream, [&] {
+          for (const KernelP2p& w : windowsOf(batch->base, batch->ops, batch->room)) device::launchKernelP2p(w, stream);
+        });
       });
     });
   }
 
  private:
-  // Every block of the kernel must run at once (a lane's blocks wait for peers whose
-  // lanes wait in turn): up to four blocks per lane, fewer where the GPUs hold fewer
-  // (warm-up made sure of one per lane, on every rank alike).
-  static void fitLanes(const PlanContext& ctx, KernelP2p& k) {
-    k.blocksPerLane = std::max(1, std::min(KernelP2p::kParts, kernelRoom(ctx) / k.lanes));
-  }
   static std::shared_ptr<Batch> newBatch(const RankLayout& l, const P2pState& s) {
     auto b = std::make_shared<Batch>();
-    b->k.rank = l.rank;
-    b->k.n = l.nranks;
-    b->k.counts = s.words();
-    b->k.stop = s.stopWord();
-    b->k.error = s.errorWord();
-    b->k.timeoutNs = kernelTimeoutNs(config().timeoutSec);
+    b->base.rank = l.rank;
+    b->base.n = l.nranks;
+    b->base.counts = s.words();
+    b->base.stop = s.stopWord();
+    b->base.error = s.errorWord();
+    b->base.timeoutNs = kernelTimeoutNs(config().timeoutSec);
     return b;
   }
   static void needRegions(PlanContext& ctx) {

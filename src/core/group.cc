@@ -1,7 +1,6 @@
 #include "core/group.h"
 
 #include <algorithm>
-#include <map>
 #include <thread>
 #include <vector>
 
@@ -74,16 +73,15 @@ void runHostOps(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
 }
 
 // True when the group's operations on device buffers, on one stream, are all
-// collectives or all sends and receives (at most a kernel's worth per
-// communicator) that device-driven algorithms run with kernels on that stream
-// alone. Only the buffers this rank uses count (NCCL ignores a non-root's reduce
-// or gather output, which may be null): every rank must decide alike.
+// collectives or all sends and receives that device-driven algorithms run with
+// kernels on that stream alone. Every rank must decide alike, so nothing a peer
+// may see differently counts: not how many transfers this rank's group has, nor
+// buffers this rank does not use (NCCL ignores a non-root's reduce or gather
+// output, which may be null).
 bool streamOrdered(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
   const bool p2p = ops.front().second.kind != OpKind::kCollective;
-  std::map<ncclComm*, int> transfers;
   for (auto& [h, op] : ops) {
     if ((op.kind != OpKind::kCollective) != p2p || op.stream != ops.front().second.stream) return false;
-    if (p2p && ++transfers[h] > device::KernelP2p::kMaxOps) return false;
     Communicator& comm = readyComm(h, op.fn);
     if (writesRecvBuffer(op, comm.rank()) && !device::isDevicePointer(op.recvbuff)) return false;
     if (readsSendBuffer(op, comm.rank()) && !device::isDevicePointer(op.sendbuff)) return false;

@@ -46,24 +46,6 @@ std::string checkSum(const void* dev, int n, int round, const std::string& what,
 
 void put(void* dev, const std::vector<float>& v) { device::copySync(dev, v.data(), v.size() * sizeof(float)); }
 
-// A rank on GPU rank % GPUs, with a stream and a communicator, running `body`.
-template <typename F>
-std::string onOwnGpu(int rank, int n, const ncclUniqueId& id, F body) {
-  device::setCurrentDevice(rank % device::gpuCount());
-  void* stream = device::streamCreate();
-  ncclComm_t comm = nullptr;
-  if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) return "init failed: " + std::string(ncclGetLastError(nullptr));
-  std::string err = body(comm, static_cast<cudaStream_t>(stream));
-  if (err.empty()) ncclCommDestroy(comm);
-  else ncclCommAbort(comm);
-  device::streamDestroy(stream);
-  return err.empty() ? "" : "rank " + std::to_string(rank) + ": " + err;
-}
-
-#define REQUIRE_GPUS(n)                                                                                 \
-  REQUIRE_GPU();                                                                                        \
-  if (gpusVisible() < (n)) GTEST_SKIP() << "needs " << (n) << " GPUs; " << gpusVisible() << " visible"
-
 // Captured once (all-reduce, then all-gather of the result's first elements, then an
 // all-reduce pre-multiplied by a scalar in device memory), replayed five times on new
 // inputs and scalars with an eager all-reduce between replays: every replay advances

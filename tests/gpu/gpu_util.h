@@ -56,6 +56,25 @@ inline bool simulated() { return getenv("STRATA_GPU_SIM") && atoi(getenv("STRATA
 #define REQUIRE_GPU() \
   if (!noGpuReason().empty()) GTEST_SKIP() << "no GPU: " << noGpuReason()
 
+#define REQUIRE_GPUS(n)                                                                                 \
+  REQUIRE_GPU();                                                                                        \
+  if (gpusVisible() < (n)) GTEST_SKIP() << "needs " << (n) << " GPUs; " << gpusVisible() << " visible"
+
+// A rank on GPU rank % GPUs, with a stream and a communicator, running `body`
+// (destroyed after it, aborted when it failed); "" or "rank r: " and what failed.
+template <typename F>
+std::string onOwnGpu(int rank, int n, const ncclUniqueId& id, F body) {
+  device::setCurrentDevice(rank % device::gpuCount());
+  void* stream = device::streamCreate();
+  ncclComm_t comm = nullptr;
+  if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) return "init failed: " + std::string(ncclGetLastError(nullptr));
+  std::string err = body(comm, static_cast<cudaStream_t>(stream));
+  if (err.empty()) ncclCommDestroy(comm);
+  else ncclCommAbort(comm);
+  device::streamDestroy(stream);
+  return err.empty() ? "" : "rank " + std::to_string(rank) + ": " + err;
+}
+
 // Device buffers the test owns.
 // Through ncclMemAlloc / ncclMemFree: with ranks sharing a GPU in one process, a
 // plain cudaFree between collectives would wait for another rank's stream held
