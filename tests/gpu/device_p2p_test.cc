@@ -70,13 +70,11 @@ std::string fanRank(int rank, int n, const ncclUniqueId& id, int m) {
     fill(0);
     if (!group()) return std::string("eager group refused: ") + ncclGetLastError(comm);
     device::streamSynchronize(s);
-    std::string err = check(0), why;
+    std::string err = check(0);
     if (!err.empty()) return err;
-    device::graphBegin(s);
-    bool captured = group();
-    void* graph = device::graphEnd(s, &why);
-    if (!captured) return std::string("capture refused: ") + ncclGetLastError(comm);
-    if (!graph) return "capture failed: " + why;
+    std::string refused;
+    void* graph = captureGroup(s, comm, group, &refused);
+    if (!graph) return refused;
     for (int round = 1; round <= 2 && err.empty(); ++round) {
       fill(round);
       device::graphLaunch(graph, s);

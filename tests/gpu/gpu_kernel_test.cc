@@ -144,12 +144,10 @@ std::string p2pRank(int rank, int n, const ncclUniqueId& id) {
     fill(0);
     if (!group()) return "eager group refused";
     device::streamSynchronize(s);
-    std::string err = check(0), why;
-    device::graphBegin(s);
-    bool captured = group();
-    void* graph = device::graphEnd(s, &why);
-    if (!captured) return std::string("capture refused: ") + ncclGetLastError(comm);
-    if (!graph) return "capture failed: " + why;
+    std::string err = check(0);
+    std::string refused;
+    void* graph = captureGroup(s, comm, group, &refused);
+    if (!graph) return refused;
     for (int round = 1; round <= 4 && err.empty(); ++round) {
       fill(round);
       if (round == 3) {  // eager, between replays

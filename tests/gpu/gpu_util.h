@@ -90,6 +90,20 @@ struct DeviceBuffer {
   char* at(size_t offset) const { return static_cast<char*>(p) + offset; }
 };
 
+// Captures `group` (enqueueing on `stream`) into a graph; null with *err saying
+// why when the library refused the capture or CUDA could not make the graph.
+inline void* captureGroup(void* stream, ncclComm_t comm, const std::function<bool()>& group, std::string* err) {
+  std::string why;
+  device::graphBegin(stream);
+  bool captured = group();
+  void* graph = device::graphEnd(stream, &why);
+  if (!captured) *err = std::string("capture refused: ") + ncclGetLastError(comm);
+  else if (!graph) *err = "capture failed: " + why;
+  if (captured) return graph;
+  if (graph) device::graphDestroy(graph);
+  return nullptr;
+}
+
 inline void upload(void* dst, const std::vector<char>& host) { device::copySync(dst, host.data(), host.size()); }
 inline std::vector<char> download(const void* src, size_t bytes) {
   std::vector<char> host(bytes);
