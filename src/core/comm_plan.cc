@@ -13,6 +13,7 @@ void CommPlan::reset(void* deviceStream) {
   recvs_.clear();
   regions_.clear();
   pending_.clear();
+  op_ = -1;
   selfSends_.clear();
   selfRecvs_.clear();
   scratch_.clear();
@@ -39,7 +40,7 @@ void* CommPlan::deviceStream() {
 }
 
 void CommPlan::addTask(algorithms::LaneKey lane, algorithms::TaskFactory make) {
-  pending_.push_back({lane, std::move(make)});
+  pending_.push_back({lane, std::move(make), op_});
 }
 
 void CommPlan::selfSend(const char* fn, const void* buf, size_t bytes) {

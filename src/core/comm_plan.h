@@ -64,8 +64,11 @@ class CommPlan final : public algorithms::PlanContext, public algorithms::Links 
   struct Pending {
     algorithms::LaneKey lane;
     algorithms::TaskFactory make;
+    int op;  // the collective it belongs to (OpOrder), or -1
   };
   std::vector<Pending>& pending() { return pending_; }
+  // The collective (OpOrder's index, or -1) that the tasks added from now on belong to.
+  void beginOp(int op) { op_ = op; }
 
  protected:
   std::shared_ptr<void>& stateSlot(std::type_index type) override { return comm_.algorithmState(type); }
@@ -100,6 +103,7 @@ class CommPlan final : public algorithms::PlanContext, public algorithms::Links 
   LinkNeeds sends_, recvs_;
   RegionNeeds regions_;
   std::vector<Pending> pending_;
+  int op_ = -1;
   std::vector<SelfCopy> selfSends_, selfRecvs_;
   std::vector<std::unique_ptr<char[]>> scratch_;
 };

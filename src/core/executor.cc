@@ -60,7 +60,9 @@ void Executor::add(Communicator& comm, const OpDesc& op) {
                 (streamOrdered_ || device::isDevicePointer(op.sendbuff) || device::isDevicePointer(op.recvbuff));
   // The tuner's choice; throws when NCCL_ALGO / NCCL_PROTO exclude every candidate.
   algorithms::Choice choice = comm.choose(c.coll, c.bytes, device, device && streamOrdered_);
+  plan.beginOp(orders_[&comm].add(op, comm.rank(), comm.nranks()));
   choice.algorithm->plan(plan, c, choice.proto);
+  plan.beginOp(-1);
 }
 
 void Executor::openAndMake() {
@@ -72,8 +74,15 @@ void Executor::openAndMake() {
     for (CommPlan::Pending& p : plan->pending()) {
       Lane& lane = lanes_[{comm, p.lane.id, p.lane.index}];
       lane.comm = comm;
+      lane.order = &orders_[comm];
       lane.tasks.push_back(p.make(*plan));
+      lane.ops.push_back(p.op);
+      if (p.op >= 0) lane.order->taskAdded(p.op);
     }
+  for (auto& [comm, order] : orders_) {
+    order.start();
+    ordered_ = ordered_ || order.ordered();
+  }
 }
 
 void Executor::run() {
@@ -159,16 +168,18 @@ bool Executor::sweep() {
   if (polling_) transport::progressBackground();  // no socket is active otherwise (links open before progress)
   bool moved = false;
   allDone_ = true;
+  // A collective that shares memory with an earlier one waits for it (OpOrder).
   for (auto& [key, lane] : lanes_) {
-    while (!lane.idle()) {
+    while (!lane.idle() && (!ordered_ || lane.mayStart(lane.head))) {
       algorithms::Task& t = *lane.tasks[lane.head];
       moved |= t.progress();
       if (!t.done()) break;
+      if (ordered_) lane.order->taskDone(lane.ops[lane.head]);
       ++lane.head;
     }
     // Tasks the head lets begin early (algorithms::Task::overlaps), a few at most.
     for (size_t i = lane.head; i + 1 < lane.tasks.size() && i - lane.head < kOverlap; ++i) {
-      if (!lane.tasks[i]->overlaps(*lane.tasks[i + 1])) break;
+      if (!lane.tasks[i]->overlaps(*lane.tasks[i + 1]) || (ordered_ && !lane.mayStart(i + 1))) break;
       moved |= lane.tasks[i + 1]->startEarly();
     }
     if (!lane.idle()) allDone_ = false;

@@ -15,6 +15,7 @@
 #include "core/comm_plan.h"
 #include "core/communicator.h"
 #include "core/op.h"
+#include "core/op_order.h"
 #include "transports/transport.h"
 
 namespace strata::core {
@@ -40,9 +41,13 @@ class Executor {
   static constexpr size_t kOverlap = 7;
   struct Lane {
     Communicator* comm;
+    OpOrder* order = nullptr;  // of comm's collectives
     std::vector<std::unique_ptr<algorithms::Task>> tasks;  // in call order; tasks before `head` are done
+    std::vector<int> ops;  // per task: its collective (OpOrder), or -1
     size_t head = 0;
     bool idle() const { return head == tasks.size(); }
+    // Task i may begin: its collective waits for no earlier one (OpOrder).
+    bool mayStart(size_t i) const { return order->ready(ops[i]); }
   };
   CommPlan& planOf(Communicator& comm);
   void openAndMake();
@@ -60,6 +65,8 @@ class Executor {
 
   using LaneId = std::tuple<Communicator*, uint64_t, int>;  // (communicator, lane id, index)
   std::map<LaneId, Lane> lanes_;
+  std::map<Communicator*, OpOrder> orders_;
+  bool ordered_ = false;  // some collective waits for an earlier one (else nothing is checked)
   std::vector<std::pair<Communicator*, std::unique_ptr<CommPlan>>> plans_;  // in the order communicators joined
   void* deviceStream_;
   bool streamOrdered_;
