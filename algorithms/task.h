@@ -22,12 +22,15 @@ class Task {
   virtual const char* fn() const = 0;
   // True when `next`, the task after this one in its lane, may begin before this one
   // is done: both are receives that wait on nothing but their own transfer, and
-  // this one has begun. The executor then calls next.startEarly(), which begins
-  // without completing anything (completions stay in lane order).
+  // this one has begun. The executor then calls next.startEarly().
   virtual bool overlaps(const Task& next) const {
     (void)next;
     return false;
   }
+  // Begins without waiting and without completing anything (completions stay in lane
+  // order): posts what peers wait for, such as an offer or an exposure of memory.
+  // The executor calls it on every lane's head before any lane progresses, and on
+  // the tasks behind a head that overlaps them. True if anything was posted.
   virtual bool startEarly() { return false; }
 };
 

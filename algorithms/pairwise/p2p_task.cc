@@ -34,7 +34,11 @@ class P2pTask final : public Task {
     auto* n = dynamic_cast<const P2pTask*>(&next);
     return offered_ && receivesPut() && n && n->receivesPut() && n->a_.recv == a_.recv;
   }
-  bool startEarly() override { return receivesPut() && !offered_ && offer(); }
+  bool startEarly() override {
+    if (offered_) return false;
+    if (receivesPut()) return offer();
+    return exposes() && expose();
+  }
   const char* fn() const override { return a_.fn; }
   bool peerAborted() const override { return a_.send ? a_.send->peerAborted() : a_.recv->peerAborted(); }
 
@@ -79,14 +83,16 @@ class P2pTask final : public Task {
     return received(got);
   }
 
+  bool exposes() const { return a_.send && a_.mode == P2pTaskArgs::Mode::kGet; }
+  bool expose() {
+    if (!a_.send->gets()->tryExpose(a_.buffer, a_.bytes, *a_.reg)) return false;
+    offset_ = a_.bytes;
+    return offered_ = true;
+  }
   bool exposeAll() {
     if (read_) return false;
     bool moved = false;
-    if (offset_ < a_.bytes || (a_.bytes == 0 && !offered_)) {
-      if (!a_.send->gets()->tryExpose(a_.buffer, a_.bytes, *a_.reg)) return false;
-      offset_ = a_.bytes;
-      offered_ = moved = true;
-    }
+    if (!offered_ && !(moved = expose())) return false;
     if (a_.send->gets()->tryGetDone()) read_ = moved = true;
     return moved;
   }

@@ -164,11 +164,31 @@ bool Executor::sweepOrFail() {
   }
 }
 
+// Tasks the head lets begin early (algorithms::Task::overlaps), a few at most.
+bool Executor::startOverlapping(Lane& lane) {
+  bool moved = false;
+  for (size_t i = lane.head; i + 1 < lane.tasks.size() && i - lane.head < kOverlap; ++i) {
+    if (!lane.tasks[i]->overlaps(*lane.tasks[i + 1]) || (ordered_ && !lane.mayStart(i + 1))) break;
+    moved |= lane.tasks[i + 1]->startEarly();
+  }
+  return moved;
+}
+
 bool Executor::sweep() {
   if (polling_) transport::progressBackground();  // no socket is active otherwise (links open before progress)
   bool moved = false;
   allDone_ = true;
+  // What each lane's head can announce without waiting (an offer of memory to write
+  // into, an exposure to read from) goes out before any lane makes a long copy, so
+  // that peers start their copies at the same time as this rank instead of after it.
   // A collective that shares memory with an earlier one waits for it (OpOrder).
+  // The tasks behind a head that overlap it go with it: a transport may post their
+  // offers as one grouped receive (PutReceiver::tryOffer).
+  for (auto& [key, lane] : lanes_)
+    if (!lane.idle() && (!ordered_ || lane.mayStart(lane.head))) {
+      moved |= lane.tasks[lane.head]->startEarly();
+      moved |= startOverlapping(lane);
+    }
   for (auto& [key, lane] : lanes_) {
     while (!lane.idle() && (!ordered_ || lane.mayStart(lane.head))) {
       algorithms::Task& t = *lane.tasks[lane.head];
@@ -177,11 +197,7 @@ bool Executor::sweep() {
       if (ordered_) lane.order->taskDone(lane.ops[lane.head]);
       ++lane.head;
     }
-    // Tasks the head lets begin early (algorithms::Task::overlaps), a few at most.
-    for (size_t i = lane.head; i + 1 < lane.tasks.size() && i - lane.head < kOverlap; ++i) {
-      if (!lane.tasks[i]->overlaps(*lane.tasks[i + 1]) || (ordered_ && !lane.mayStart(i + 1))) break;
-      moved |= lane.tasks[i + 1]->startEarly();
-    }
+    moved |= startOverlapping(lane);
     if (!lane.idle()) allDone_ = false;
   }
   if (allDone_ && transport::needsPolling())  // not done until the last socket sends are out

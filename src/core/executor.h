@@ -53,6 +53,7 @@ class Executor {
   void openAndMake();
   void progressAll();
   bool sweep();
+  bool startOverlapping(Lane& lane);
   bool sweepOrFail();  // sweep(), failing every communicator on a protocol error
   void checkHealth(double idleSec);
   void logActivity(const std::vector<transport::Activity>& before) const;

@@ -88,6 +88,34 @@ TEST_P(P2pTaskTest, WaitingIsNotProgressAndTheDataArrivesExactly) {
   EXPECT_FALSE(sender->progress());
 }
 
+// The end a peer waits on (a write's receiver offers its memory, a read's sender
+// exposes its buffer) posts that from startEarly(), which the executor calls on every
+// lane's head before any lane copies: the peer's copy then starts at once, not after
+// this rank's own long copies on its other lanes. Nothing completes early.
+TEST_P(P2pTaskTest, TheEndAPeerWaitsOnPostsBeforeItProgresses) {
+  constexpr size_t kBytes = 10000;
+  std::vector<char> src(kBytes), dst(kBytes, 0);
+  std::iota(src.begin(), src.end(), 7);
+  auto receiver = task(false, dst.data(), kBytes);
+  auto sender = task(true, src.data(), kBytes);
+  if (GetParam() == Mode::kSlots) {  // nothing to post: the sender's messages are the transfer
+    EXPECT_FALSE(sender->startEarly());
+    EXPECT_FALSE(receiver->startEarly());
+    return;
+  }
+  Task& waitedOn = GetParam() == Mode::kPut ? *receiver : *sender;
+  Task& copier = GetParam() == Mode::kPut ? *sender : *receiver;
+  EXPECT_FALSE(copier.startEarly()) << "the copying end has nothing to post";
+  ASSERT_TRUE(waitedOn.startEarly());
+  EXPECT_FALSE(waitedOn.startEarly()) << "posted twice";
+  EXPECT_FALSE(waitedOn.done());
+  for (int i = 0; i < 1000 && !copier.done(); ++i) copier.progress();  // no progress() on the waited-on end
+  ASSERT_TRUE(copier.done());
+  for (int i = 0; i < 1000 && !waitedOn.done(); ++i) waitedOn.progress();
+  ASSERT_TRUE(waitedOn.done());
+  EXPECT_EQ(dst, src);
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, P2pTaskTest, ::testing::Values(Mode::kSlots, Mode::kPut, Mode::kGet),
                          [](const auto& info) {
                            return info.param == Mode::kSlots ? "Slots" : info.param == Mode::kPut ? "Put" : "Get";
