@@ -115,16 +115,19 @@ std::string growth(const Resources& base, const Resources& now) {
 // The epoch's forced algorithms and protocol, the same on every rank (drawn from the epoch).
 void forceForEpoch(int epoch, bool fakeNodes) {
   std::mt19937_64 rng(kSeed ^ (0xa1a0ull * (epoch + 1)));
-  std::vector<const char*> ar{"", "Ring", "Tree", "OneShot"}, bc{"", "Ring", "Tree"}, rd{"", "Ring", "Tree"};
+  std::vector<const char*> ar{"", "Ring", "Tree", "OneShot"}, bc{"", "Ring", "Tree"}, rd{"", "Ring", "Tree"},
+      ag{"", "Ring"};
   if (fakeNodes) {
     ar.push_back("Hierarchical");
     ar.push_back("Leaders");
   } else {
     bc.push_back("DirectRead");
+    ag.push_back("DirectRead");
   }
   std::string a = ar[rng() % ar.size()], b = bc[rng() % bc.size()], r = rd[rng() % rd.size()];
+  std::string g = ag[rng() % ag.size()];
   std::string algo;
-  for (auto [coll, name] : {std::pair{"allreduce", a}, {"broadcast", b}, {"reduce", r}})
+  for (auto [coll, name] : {std::pair{"allreduce", a}, {"broadcast", b}, {"reduce", r}, {"allgather", g}})
     if (!name.empty()) {
       if (!algo.empty()) algo += ';';
       algo.append(coll).append(":").append(name);
@@ -133,7 +136,8 @@ void forceForEpoch(int epoch, bool fakeNodes) {
   auto set = [](const char* var, const std::string& v) { v.empty() ? unsetenv(var) : setenv(var, v.c_str(), 1); };
   set("NCCL_ALGO", algo);
   set("NCCL_PROTO", proto.empty() ? "" : "allreduce:" + proto);
-  set("STRATA_PUT_BYTES", b == "DirectRead" ? "1" : "");  // DirectRead serves sizes from STRATA_PUT_BYTES up
+  // DirectRead serves sizes from STRATA_PUT_BYTES up.
+  set("STRATA_PUT_BYTES", b == "DirectRead" || g == "DirectRead" ? "1" : "");
   reloadEnvironment();  // the one way to make a running process re-read NCCL_ALGO/NCCL_PROTO
 }
 
