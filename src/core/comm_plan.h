@@ -9,6 +9,7 @@
 
 #include "algorithms/algorithm.h"
 #include "core/communicator.h"
+#include "core/op_order.h"
 
 namespace strata::core {
 
@@ -69,6 +70,8 @@ class CommPlan final : public algorithms::PlanContext, public algorithms::Links 
   std::vector<Pending>& pending() { return pending_; }
   // The collective (OpOrder's index, or -1) that the tasks added from now on belong to.
   void beginOp(int op) { op_ = op; }
+  // The order of this communicator's collectives in the group.
+  OpOrder& order() { return order_; }
 
  protected:
   std::shared_ptr<void>& stateSlot(std::type_index type) override { return comm_.algorithmState(type); }
@@ -104,6 +107,7 @@ class CommPlan final : public algorithms::PlanContext, public algorithms::Links 
   RegionNeeds regions_;
   std::vector<Pending> pending_;
   int op_ = -1;
+  OpOrder order_;
   std::vector<SelfCopy> selfSends_, selfRecvs_;
   std::vector<std::unique_ptr<char[]>> scratch_;
 };

@@ -60,7 +60,7 @@ void Executor::add(Communicator& comm, const OpDesc& op) {
                 (streamOrdered_ || device::isDevicePointer(op.sendbuff) || device::isDevicePointer(op.recvbuff));
   // The tuner's choice; throws when NCCL_ALGO / NCCL_PROTO exclude every candidate.
   algorithms::Choice choice = comm.choose(c.coll, c.bytes, device, device && streamOrdered_);
-  plan.beginOp(orders_[&comm].add(op, comm.rank(), comm.nranks()));
+  plan.beginOp(plan.order().add(op, comm.rank(), comm.nranks()));
   choice.algorithm->plan(plan, c, choice.proto);
   plan.beginOp(-1);
 }
@@ -74,14 +74,14 @@ void Executor::openAndMake() {
     for (CommPlan::Pending& p : plan->pending()) {
       Lane& lane = lanes_[{comm, p.lane.id, p.lane.index}];
       lane.comm = comm;
-      lane.order = &orders_[comm];
+      lane.order = &plan->order();
       lane.tasks.push_back(p.make(*plan));
       lane.ops.push_back(p.op);
       if (p.op >= 0) lane.order->taskAdded(p.op);
     }
-  for (auto& [comm, order] : orders_) {
-    order.start();
-    ordered_ = ordered_ || order.ordered();
+  for (auto& [comm, plan] : plans_) {
+    plan->order().start();
+    ordered_ = ordered_ || plan->order().ordered();
   }
 }
 

@@ -15,7 +15,6 @@
 #include "core/comm_plan.h"
 #include "core/communicator.h"
 #include "core/op.h"
-#include "core/op_order.h"
 #include "transports/transport.h"
 
 namespace strata::core {
@@ -66,7 +65,6 @@ class Executor {
 
   using LaneId = std::tuple<Communicator*, uint64_t, int>;  // (communicator, lane id, index)
   std::map<LaneId, Lane> lanes_;
-  std::map<Communicator*, OpOrder> orders_;
   bool ordered_ = false;  // some collective waits for an earlier one (else nothing is checked)
   std::vector<std::pair<Communicator*, std::unique_ptr<CommPlan>>> plans_;  // in the order communicators joined
   void* deviceStream_;

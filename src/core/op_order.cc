@@ -21,6 +21,15 @@ int OpOrder::add(const OpDesc& op, int rank, int nranks) {
   return static_cast<int>(after_.size()) - 1;
 }
 
+void OpOrder::clear() {
+  reads_.clear();
+  writes_.clear();
+  after_.clear();
+  left_.clear();
+  doneThrough_ = -1;
+  ordered_ = false;
+}
+
 void OpOrder::taskDone(int op) {
   if (op >= 0 && --left_[op] == 0) advance();
 }

@@ -30,6 +30,8 @@ class OpOrder {
   // One more task of collective `op`; one of its tasks is done.
   void taskAdded(int op) { ++left_[op]; }
   void taskDone(int op);
+  // Forgets every collective, keeping the memory (a plan reused call after call).
+  void clear();
   // Once every task is added: collectives without tasks count as done.
   void start() { advance(); }
   // Whether collective `op` (or -1) may start.
