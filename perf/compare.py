@@ -42,7 +42,7 @@ def probe(build, mib, threads):
                          text=True, check=True)
     vals = dict(l.split() for l in out.stdout.splitlines() if l.endswith(tuple("0123456789")) and " " in l
                 and not l.startswith("membw"))
-    return float(vals["copy_gbps"]), float(vals["add_gbps"])
+    return float(vals["copy_gbps"]), float(vals["add_gbps"]), float(vals["cma_gbps"])
 
 
 def bound(coll, n, cores, copy, add):
@@ -66,6 +66,23 @@ def bound(coll, n, cores, copy, add):
     if coll in ("gather", "scatter"):  # S written in all (each piece once), by every core in parallel
         return copy * w * (n - 1) / n
     return float("nan")
+
+
+def cma_bound(coll, n, cores, copy, cma):
+    """The bound above with the bytes from peers' private memory moved at `cma`
+    (process_vm_readv's rate, the one single copy out of another process's private
+    memory) and only each rank's own piece at `copy`; None where the collective's
+    bytes need not cross by CMA (the reductions) or CMA is refused (cma == 0)."""
+    w = min(n, cores)
+    if cma <= 0:
+        return None
+    if coll in ("all_gather", "alltoall"):  # per rank: (n-1)S/n read from peers, its own S/n copied
+        return (n - 1) * w / (n * ((n - 1) / cma + 1 / copy))
+    if coll == "broadcast":  # n-1 ranks read S, the root copies S
+        return w / ((n - 1) / cma + 1 / copy)
+    if coll in ("gather", "scatter"):  # (n-1)S/n across processes, the root's own S/n copied
+        return (n - 1) * w / ((n - 1) / cma + 1 / copy)
+    return None
 
 
 def parse_size(text):
@@ -133,17 +150,18 @@ def main():
                         for size, (us, bw) in rows.items():
                             res.setdefault((n, coll, side), {}).setdefault(size, []).append((us, bw))
         print(f"# repetition {rep + 1}/{args.reps} done", file=sys.stderr)
-    med = {size: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for size, v in rates.items()}
-    for size, (copy, add) in sorted(med.items()):
+    med = {size: tuple(statistics.median(r[i] for r in v) for i in range(3)) for size, v in rates.items()}
+    for size, (copy, add, cma) in sorted(med.items()):
         print(f"# membw_probe on {size >> 20} MiB buffers, {cores} cores at once, medians: copy {copy:.2f} GB/s, "
-              f"c=a+b {add:.2f} GB/s per core")
+              f"c=a+b {add:.2f} GB/s, copy by process_vm_readv {cma:.2f} GB/s per core")
     print(f"# medians of {args.reps} interleaved runs; busbw in GB/s; out-of-place; float sum; Strata on "
           f"{args.strata_memory} memory")
     for n in ranks:
         for coll in colls:
-            print(f"\n## {coll}, {n} ranks (bound from 1 MiB: the memory system alone, docs/perf.md)")
-            print(f"{'size':>12} {'strata':>9} {'openmpi':>9} {'ratio':>7} {'bound':>7} {'%bound':>7} {'strata us':>10} "
-                  f"{'mpi us':>10}")
+            print(f"\n## {coll}, {n} ranks (bound from 1 MiB: the memory system alone, docs/perf.md; %cma: of "
+                  f"the bound with peers' bytes moved at process_vm_readv's rate)")
+            print(f"{'size':>12} {'strata':>9} {'openmpi':>9} {'ratio':>7} {'bound':>7} {'%bound':>7} {'%cma':>6} "
+                  f"{'strata us':>10} {'mpi us':>10}")
             s_rows, m_rows = res[(n, coll, "strata")], res[(n, coll, "mpi")]
             for size in sorted(s_rows):
                 if size == 0:
@@ -154,9 +172,11 @@ def main():
                 m_us = statistics.median(x[0] for x in m_rows.get(size, [(0, 0)]))
                 # Same bytes on both sides, so the busbw ratio is the time ratio (unrounded).
                 ratio = m_us / s_us if s_us > 0 else float("nan")
-                b = bound(coll, n, cores, *med[size]) if size in med else float("nan")
+                b = bound(coll, n, cores, *med[size][:2]) if size in med else float("nan")
                 share = f"{100 * s_bw / b:>6.0f}%" if size in med else f"{'-':>7}"
-                print(f"{size:>12} {s_bw:>9.2f} {m_bw:>9.2f} {ratio:>7.2f} {b:>7.2f} {share} {s_us:>10.2f} "
+                c = cma_bound(coll, n, cores, med[size][0], med[size][2]) if size in med else None
+                cshare = f"{100 * s_bw / c:>5.0f}%" if c else f"{'-':>6}"
+                print(f"{size:>12} {s_bw:>9.2f} {m_bw:>9.2f} {ratio:>7.2f} {b:>7.2f} {share} {cshare} {s_us:>10.2f} "
                       f"{m_us:>10.2f}")
 
 

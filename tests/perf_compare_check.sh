@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# perf/compare.py end to end on one size: every row must carry both sides' rates, the
+# ratio, the memory bound and the CMA bound (the probe's process_vm_readv rate > 0).
+# Usage: perf_compare_check.sh SOURCE_DIR BUILD_DIR
+set -uo pipefail
+src=$1 build=$2
+probe=$("$build/bin/membw_probe" 1 1) || { echo "perf_compare_check: membw_probe failed"; exit 1; }
+awk '/^cma_gbps / { found = $2 > 0 } END { exit !found }' <<< "$probe" ||
+  { echo "$probe"; echo "perf_compare_check: no process_vm_readv rate"; exit 1; }
+out=$(timeout 600 python3 "$src/perf/compare.py" --build "$build" --reps 1 --ranks 2 --colls all_gather,broadcast \
+  -b 1M -e 1M 2>&1)
+rc=$?
+echo "$out" | tail -n 12
+[ $rc -eq 0 ] || { echo "perf_compare_check: compare.py exited $rc"; exit 1; }
+row='^ +1048576( +[0-9]+\.[0-9]+){4} +[0-9]+% +[0-9]+% +[0-9.]+ +[0-9.]+$'
+rows=$(grep -Ec "$row" <<< "$out")
+[ "$rows" -eq 2 ] || { echo "perf_compare_check: $rows complete rows of 2"; exit 1; }
+echo "perf_compare_check: 2 complete rows"
