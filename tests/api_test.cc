@@ -554,6 +554,42 @@ TEST_P(MultiRank, AGroupsCollectivesThatShareMemoryRunInCallOrder) {
   EXPECT_EQ(failures(results), "");
 }
 
+// An in-place all-to-all whose input an earlier collective of the group writes is
+// refused, naming the call, rather than run on the input as it was before the group
+// (Strata copies it when it plans). Without a writer before it, it runs.
+TEST(Api, AnInPlaceAllToAllAfterAWriterOfItsBufferInAGroupIsRefused) {
+  constexpr int n = 4;
+  constexpr size_t N = 1 << 12;
+  ncclComm_t comms[n];
+  ASSERT_EQ(ncclCommInitAll(comms, n, nullptr), ncclSuccess);
+  std::vector<std::vector<int>> x(n, std::vector<int>(N));
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(ncclAllReduce(x[r].data(), x[r].data(), N, ncclInt32, ncclSum, comms[r], nullptr), ncclSuccess);
+    ASSERT_EQ(ncclAlltoAll(x[r].data(), x[r].data(), N / n, ncclInt32, comms[r], nullptr), ncclSuccess);
+  }
+  EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclGetLastError(comms[0])).find("in-place all-to-all in the same group"), std::string::npos)
+      << ncclGetLastError(comms[0]);
+  for (int r = 0; r < n; ++r) ncclCommDestroy(comms[r]);
+
+  ASSERT_EQ(ncclCommInitAll(comms, n, nullptr), ncclSuccess);
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < N; ++i) x[r][i] = static_cast<int>(r * N + i);
+  std::vector<std::vector<int>> sum(n, std::vector<int>(N));
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n; ++r) {  // reads x, writes elsewhere: the all-to-all may follow
+    ASSERT_EQ(ncclAllReduce(x[r].data(), sum[r].data(), N, ncclInt32, ncclSum, comms[r], nullptr), ncclSuccess);
+    ASSERT_EQ(ncclAlltoAll(x[r].data(), x[r].data(), N / n, ncclInt32, comms[r], nullptr), ncclSuccess);
+  }
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(x[r][2 * (N / n) + 5], static_cast<int>(2 * N + r * (N / n) + 5)) << "rank " << r;
+    EXPECT_EQ(sum[r][7], static_cast<int>(4 * 7 + N * 6)) << "rank " << r;
+  }
+  for (int r = 0; r < n; ++r) ncclCommDestroy(comms[r]);
+}
+
 INSTANTIATE_TEST_SUITE_P(Host, MultiRank, ::testing::Values(Mode::kThreads, Mode::kProcesses),
                          [](const auto& info) { return std::string(modeName(info.param)); });
 

@@ -60,7 +60,19 @@ void Executor::add(Communicator& comm, const OpDesc& op) {
                 (streamOrdered_ || device::isDevicePointer(op.sendbuff) || device::isDevicePointer(op.recvbuff));
   // The tuner's choice; throws when NCCL_ALGO / NCCL_PROTO exclude every candidate.
   algorithms::Choice choice = comm.choose(c.coll, c.bytes, device, device && streamOrdered_);
-  plan.beginOp(plan.order().add(op, comm.rank(), comm.nranks()));
+  int index = plan.order().add(op, comm.rank(), comm.nranks());
+  // The pairwise all-to-all copies an in-place input when it plans (before the group
+  // runs), so it cannot wait for an earlier collective that writes that input.
+  size_t all = sendBytes(op, comm.nranks());
+  auto s = reinterpret_cast<uintptr_t>(op.sendbuff), r = reinterpret_cast<uintptr_t>(op.recvbuff);
+  STRATA_REQUIRE(!(c.coll == algorithms::Collective::kAllToAll && s < r + all && r < s + all &&
+                   plan.order().readsEarlierWrites(index)),
+                 ncclInvalidUsage,
+                 "%s: rank %d: an in-place all-to-all in the same group as an earlier collective that writes its buffer "
+                 "is not supported (Strata reads an in-place all-to-all's input when the group is planned); end the "
+                 "group before it, or give it separate input and output buffers",
+                 op.fn, comm.rank());
+  plan.beginOp(index);
   choice.algorithm->plan(plan, c, choice.proto);
   plan.beginOp(-1);
 }

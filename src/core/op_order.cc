@@ -21,6 +21,12 @@ int OpOrder::add(const OpDesc& op, int rank, int nranks) {
   return static_cast<int>(after_.size()) - 1;
 }
 
+bool OpOrder::readsEarlierWrites(int op) const {
+  for (int e = 0; op >= 0 && e < op; ++e)
+    if (writes_[e].overlaps(reads_[op])) return true;
+  return false;
+}
+
 void OpOrder::clear() {
   reads_.clear();
   writes_.clear();

@@ -87,6 +87,18 @@ TEST(OpOrder, ACollectiveIsReleasedWhenEverythingUpToWhatItWaitsForIsDone) {
   EXPECT_TRUE(o.ready(2));
 }
 
+TEST(OpOrder, SaysWhetherACollectiveReadsWhatAnEarlierOneWrites) {
+  int a[64], b[64], c[64];
+  OpOrder o;
+  o.add(coll(Collective::kAllReduce, a, b, 64), 0, kRanks);   // writes b
+  o.add(coll(Collective::kAllReduce, a, a, 64), 0, kRanks);   // writes what 0 reads: waits, reads nothing written
+  o.add(coll(Collective::kAllReduce, b, c, 64), 0, kRanks);   // reads what 0 writes
+  EXPECT_FALSE(o.readsEarlierWrites(0));
+  EXPECT_FALSE(o.readsEarlierWrites(1));
+  EXPECT_TRUE(o.readsEarlierWrites(2));
+  EXPECT_FALSE(o.readsEarlierWrites(-1));
+}
+
 TEST(OpOrder, SendsAndReceivesAreNotOrdered) {
   int a[64];
   OpOrder o;
