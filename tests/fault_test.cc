@@ -119,4 +119,34 @@ TEST(Fault, RankThatFinishedDoesNotFailOthers) {
   EXPECT_EQ(strata::test::failures(results), "");
 }
 
+// A peer that sent its last message and destroyed its communicator at once leaves
+// its connections aborted behind the message. The receiver must take the message
+// first, even when it next looks after a health check is due: here the sender stops
+// the receiver (SIGSTOP) while it waits, sends, leaves, and only then lets it go on.
+TEST(Fault, WhatAPeerSentBeforeItLeftIsStillTaken) {
+  auto results = strata::test::runRanks(
+      strata::test::Mode::kProcesses, 2,
+      [](int rank, int nranks, const ncclUniqueId& id) -> std::string {
+        ncclComm_t comm;
+        RANK_NCCL(ncclCommInitRank(&comm, nranks, id, rank));
+        int pids[2] = {0, static_cast<int>(getpid())};
+        RANK_NCCL(ncclAllGather(pids + 1, pids, 1, ncclInt32, comm, nullptr));  // also makes the connections
+        int v = rank == 0 ? 42 : 0;
+        if (rank == 1) {
+          RANK_NCCL(ncclRecv(&v, 1, ncclInt32, 0, comm, nullptr));
+          ncclCommDestroy(comm);
+          return v == 42 ? "" : "rank 1 got " + std::to_string(v);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 1 sleeps in its wait
+        if (kill(pids[1], SIGSTOP) != 0) return "cannot stop rank 1";
+        ncclResult_t r = ncclSend(&v, 1, ncclInt32, 1, comm, nullptr);
+        ncclCommDestroy(comm);
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // a health check is due when it wakes
+        kill(pids[1], SIGCONT);
+        return r == ncclSuccess ? "" : strata::test::ncclFailure("ncclSend", r);
+      },
+      60);
+  EXPECT_EQ(strata::test::failures(results), "");
+}
+
 }  // namespace

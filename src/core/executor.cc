@@ -237,6 +237,10 @@ void Executor::checkHealth(double idleSec) {
     const algorithms::Task& t = *lane.tasks[lane.head];
     int peer = t.waitingOn();
     if (t.peerAborted()) {
+      // A peer that finished its part leaves at once (its communicator's end aborts
+      // its connections), maybe since the last sweep: what it stored first is taken
+      // before judging, as for a peer that exited.
+      if (sweepOrFail()) return;
       // Whoever failed first told every rank why before it stopped (failAll).
       Bootstrap::FailureNote note;
       if (comm.bootstrap().takeFailure(&note, 0.1))
