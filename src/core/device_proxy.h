@@ -1,5 +1,5 @@
 // Operations on device buffers, ordered on the caller's CUDA stream, through a
-// proxy thread the communicator owns (docs/design.md, "The GPU path").
+// proxy thread the communicator owns (docs/gpu.md).
 //
 // At the group end each stream gets its part of a job: copies of the inputs to
 // pinned staging (staged jobs), a host callback telling the proxy they are there,
