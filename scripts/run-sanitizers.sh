@@ -2,7 +2,8 @@
 # The sanitizer and fuzzing stages of the test suite (scripts/run-tests.sh runs them
 # after the main suite; STRATA_SANITIZERS=0 there skips them). Stages, in their own
 # trees (build-<stage>), each building only what it runs:
-#   asan, ubsan  the unit suite, the transport conformance suite, the lifetime tests, and
+#   asan         ASan and UBSan in one build (ubsan: UBSan alone): the unit suite, the
+#                transport conformance suite, the lifetime tests, and
 #                a short random stress (STRATA_STRESS_OPS=150, TSan 100: every collective, type and op,
 #                algorithms forced at random, threads, processes and fake nodes, 4 and 8 ranks);
 #                not the 100- and 128-rank ring simulations (one thread, pure arithmetic, 70 s
@@ -11,11 +12,11 @@
 #                GPUs' collectives with ranks as threads (direct and staged through the host)
 #   fuzz         every libFuzzer target for STRATA_FUZZ_SECONDS (default 30 here) each, with
 #                ASan and UBSan, from its seed corpus (tests/fuzz/corpus)
-# STRATA_SANITIZER_STAGES picks stages (default: all four).
+# STRATA_SANITIZER_STAGES picks stages (default: asan tsan fuzz; ubsan is there to run alone).
 set -euo pipefail
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 cd "$(dirname "$0")/.."
-stages=${STRATA_SANITIZER_STAGES:-asan ubsan tsan fuzz}
+stages=${STRATA_SANITIZER_STAGES:-asan tsan fuzz}
 targets=(unit_tests core_tests task_tests topology_tests transport_conformance lifetime_test stress_test ib_tests
   socket_network_tests
   strata_verbs_emu)
