@@ -3,8 +3,12 @@
 // network between nodes chosen per communicator (ncclConfig_t.netName over NCCL_NET).
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -49,6 +53,45 @@ TEST(Configuration, ConfigurationFileIsReadAndTheEnvironmentWins) {
   EXPECT_EQ(second.find(" INFO "), std::string::npos) << second;
   std::remove(log.c_str());
   std::remove(conf.c_str());
+}
+
+// NCCL_SHM_DISABLE follows the environment each time it is reloaded, also in a
+// process that has made communicators before (the transport list used to be fixed at
+// first use: a reload then changed everything but the transport, and the next pair of
+// processes still met over shm).
+TEST(Configuration, ShmDisableFollowsAReloadedEnvironment) {
+  std::string dir = testing::TempDir() + "strata-shm-disable." + std::to_string(getpid());
+  mkdir(dir.c_str(), 0700);
+  auto viaOfEachRank = [&dir](bool disable) {
+    for (const auto& e : std::filesystem::directory_iterator(dir)) std::filesystem::remove(e.path());
+    if (disable) setenv("NCCL_SHM_DISABLE", "1", 1);
+    setenv("NCCL_DEBUG", "INFO", 1);
+    setenv("NCCL_DEBUG_SUBSYS", "INIT", 1);
+    setenv("NCCL_DEBUG_FILE", (dir + "/init.%p.log").c_str(), 1);
+    reloadEnvironment();
+    auto results = runRanks(Mode::kProcesses, 2, [](int rank, int n, const ncclUniqueId& id) -> std::string {
+      ncclComm_t comm;
+      RANK_NCCL(ncclCommInitRank(&comm, n, id, rank));
+      int v = rank + 1, sum = 0;
+      RANK_NCCL(ncclAllReduce(&v, &sum, 1, ncclInt32, ncclSum, comm, nullptr));
+      ncclCommDestroy(comm);
+      return sum == 3 ? "" : "wrong sum " + std::to_string(sum);
+    });
+    for (const char* name : {"NCCL_SHM_DISABLE", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"}) unsetenv(name);
+    reloadEnvironment();
+    EXPECT_EQ(failures(results), "");
+    std::vector<std::string> via;
+    for (const auto& lines : rankLogs(dir))
+      for (const std::string& l : lines)
+        if (size_t at = l.find("ring via "); at != std::string::npos) via.push_back(l.substr(at + 9));
+    return via;
+  };
+  ncclComm_t comm;  // this process makes its transports now, shm enabled
+  ASSERT_EQ(ncclCommInitAll(&comm, 1, nullptr), ncclSuccess);
+  ncclCommDestroy(comm);
+  EXPECT_EQ(viaOfEachRank(true), (std::vector<std::string>{"socket", "socket"}));
+  EXPECT_EQ(viaOfEachRank(false), (std::vector<std::string>{"shm", "shm"}));
+  std::filesystem::remove_all(dir);
 }
 
 // NCCL_TOPO_FILE is a base that discovery completes, and NCCL_TOPO_DUMP_FILE writes
@@ -110,6 +153,7 @@ std::vector<RankResult> onTwoNodes(int nranks, const char* net, const char* (*ne
         setenv("NCCL_HOSTID", rank % 2 ? "net-name-node1" : "net-name-node0", 1);
         setenv("NCCL_SOCKET_IFNAME", "lo", 1);
         if (*net) setenv("NCCL_NET", net, 1);
+        reloadEnvironment();  // this process may have read its environment before (an earlier test)
         return std::string();
       });
 }

@@ -24,9 +24,7 @@ const std::vector<Transport*>& transports() {
     static net::NetTransport ib("ib", ib::ibNetwork);
     // Last: it reaches every rank the others cannot.
     static net::NetTransport socket("socket", socket::socketNetwork, net::Reach::kEveryPair);
-    std::vector<Transport*> l{&loopback};
-    if (!config().shmDisable) l.push_back(&shm);
-    l.push_back(&cudaIpc);
+    std::vector<Transport*> l{&loopback, &shm, &cudaIpc};
     // Between nodes, as NCCL: an NCCL net plugin, else InfiniBand/RoCE, else TCP; each
     // listed only where this process has that network. A communicator's network name
     // (ncclConfig_t.netName, else NCCL_NET) picks one of them (selectTransport).
@@ -40,7 +38,7 @@ const std::vector<Transport*>& transports() {
 
 Transport* findTransport(const std::string& name) {
   for (Transport* t : transports())
-    if (name == t->name()) return t;
+    if (name == t->name()) return t->enabled() ? t : nullptr;
   return nullptr;
 }
 
@@ -130,7 +128,7 @@ double networkGBps(const char* netName) {
 Transport& selectTransport(const PeerInfo& self, const PeerInfo& peer, uint32_t required) {
   const char* want = wantedNetwork(self);
   for (Transport* t : transports()) {
-    if (!t->has(required) || !t->canConnect(self, peer)) continue;
+    if (!t->enabled() || !t->has(required) || !t->canConnect(self, peer)) continue;
     if (*want && dynamic_cast<net::NetTransport*>(t) && !named(networkOf(t), want)) continue;
     return *t;
   }

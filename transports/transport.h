@@ -204,6 +204,9 @@ class Transport {
   bool has(uint32_t caps) const { return (capabilities() & caps) == caps; }
   // True when this transport can link these two ranks.
   virtual bool canConnect(const PeerInfo& self, const PeerInfo& peer) const = 0;
+  // False while the configuration switches it off (NCCL_SHM_DISABLE): read at each
+  // choice, so a reloaded environment (ncclResetDebugInit) takes effect at the next init.
+  virtual bool enabled() const { return true; }
   // kSlots. Receiver side: allocates the staging memory; `handle` is sent to the
   // sender. Called only on transports with kSlots (the others refuse).
   virtual std::unique_ptr<RecvConnection> listen(const ConnectRequest& req, std::string* handle);
@@ -233,10 +236,10 @@ class Transport {
   virtual Activity activity() const { return {}; }
 };
 
-// Transports in priority order, minus those the configuration disables
+// Every transport of this build in priority order, enabled or not
 // (transports/registry.cc: one line each).
 const std::vector<Transport*>& transports();
-// The transport named `name`, or null (the receiver names its choice in the handle).
+// The enabled transport named `name`, or null (the receiver names its choice in the handle).
 Transport* findTransport(const std::string& name);
 
 // Moves data on connections that need the ranks' threads to progress them

@@ -30,7 +30,7 @@ size_t CommPlan::putBytes() const { return config().putBytes; }
 
 bool CommPlan::reachable(int a, int b, uint32_t caps) const {
   for (transport::Transport* t : transport::transports())
-    if (t->has(caps) && t->canConnect(comm_.peer(a), comm_.peer(b))) return true;
+    if (t->enabled() && t->has(caps) && t->canConnect(comm_.peer(a), comm_.peer(b))) return true;
   return false;
 }
 

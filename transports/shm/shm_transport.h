@@ -6,6 +6,7 @@
 // through the slots.
 #pragma once
 
+#include "base/config.h"
 #include "transports/common/memory_transport.h"
 
 namespace strata::transport::shm {
@@ -14,6 +15,7 @@ class ShmTransport final : public MemoryTransport {
  public:
   const char* name() const override { return "shm"; }
   bool canConnect(const PeerInfo& self, const PeerInfo& peer) const override { return self.sameHost(peer); }
+  bool enabled() const override { return !config().shmDisable; }
   // Shared memory cannot tell that its other end died: its process can (zombies included).
   bool peerAlive(const PeerInfo& peer) const override { return processAlive(peer.pid); }
   SharedRegion createRegion(const ConnectRequest& req, size_t bytes, std::string* handle) override;
