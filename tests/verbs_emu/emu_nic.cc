@@ -246,7 +246,14 @@ void driveRequester(Qp* q) {
   }
   if (s.helloDone && !transmit(q)) return;
   bool sent = flushOut(s.fd, &s.out);
-  bool open = fillIn(s.fd, &s.in, 64u << 20);
+  // Up to 64 MiB buffered, or the whole response at the head if larger (a read's data).
+  size_t cap = 64u << 20;
+  if (s.helloDone && s.in.size() >= sizeof(Response)) {
+    Response head;
+    memcpy(&head, s.in.data(), sizeof(head));
+    cap = std::max(cap, sizeof(head) + head.len);
+  }
+  bool open = fillIn(s.fd, &s.in, cap);
   // Acknowledgements that came before the stream closed complete their requests, as
   // a NIC takes the ACKs already on the wire from a peer that then went away.
   takeResponses(q);

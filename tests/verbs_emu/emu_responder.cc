@@ -2,6 +2,8 @@
 // memory (keys, ranges and access checked as hardware does) and answers each.
 #include <string.h>
 
+#include <algorithm>
+
 #include "emu.h"
 #include "emu_wire.h"
 
@@ -100,7 +102,15 @@ bool applyOne(Responder& r, Qp* q, const Request& req, const char* payload) {
 }  // namespace
 
 bool driveResponder(Responder& r) {
-  bool open = fillIn(r.fd, &r.in, 64u << 20);
+  // Up to 64 MiB buffered, or the whole request at the head if it is larger (a
+  // write's payload): stopping short of it would stall the stream for ever.
+  size_t cap = 64u << 20;
+  if (r.hello && r.in.size() >= sizeof(Request)) {
+    Request head;
+    memcpy(&head, r.in.data(), sizeof(head));
+    if (head.op != IBV_WR_RDMA_READ) cap = std::max(cap, sizeof(head) + head.len);
+  }
+  bool open = fillIn(r.fd, &r.in, cap);
   if (!r.hello) {
     if (r.in.size() < sizeof(Hello)) return open;
     Hello h;
