@@ -69,14 +69,7 @@ TEST(Configuration, ShmDisableFollowsAReloadedEnvironment) {
     setenv("NCCL_DEBUG_SUBSYS", "INIT", 1);
     setenv("NCCL_DEBUG_FILE", (dir + "/init.%p.log").c_str(), 1);
     reloadEnvironment();
-    auto results = runRanks(Mode::kProcesses, 2, [](int rank, int n, const ncclUniqueId& id) -> std::string {
-      ncclComm_t comm;
-      RANK_NCCL(ncclCommInitRank(&comm, n, id, rank));
-      int v = rank + 1, sum = 0;
-      RANK_NCCL(ncclAllReduce(&v, &sum, 1, ncclInt32, ncclSum, comm, nullptr));
-      ncclCommDestroy(comm);
-      return sum == 3 ? "" : "wrong sum " + std::to_string(sum);
-    });
+    auto results = runRanks(Mode::kProcesses, 2, allReduceOnce);
     for (const char* name : {"NCCL_SHM_DISABLE", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"}) unsetenv(name);
     reloadEnvironment();
     EXPECT_EQ(failures(results), "");

@@ -222,16 +222,6 @@ std::vector<std::string> devicesUsed(const std::string& dir) {
   return out;
 }
 
-// One all-reduce of one integer on two ranks, checked.
-std::string allReduceOnce(int rank, int n, const ncclUniqueId& id) {
-  ncclComm_t comm;
-  RANK_NCCL(ncclCommInitRank(&comm, n, id, rank));
-  int v = rank + 1, sum = 0;
-  RANK_NCCL(ncclAllReduce(&v, &sum, 1, ncclInt32, ncclSum, comm, nullptr));
-  ncclCommDestroy(comm);
-  return sum == 3 ? "" : "wrong sum " + std::to_string(sum);
-}
-
 // An all-reduce between two fake nodes, each with the two devices of fakeSysfs;
 // returns the device each rank used.
 std::vector<std::string> railsOfARun(const std::string& dir, int numa0, int numa1, const std::string& topo) {

@@ -181,4 +181,13 @@ std::string ncclFailure(const char* call, ncclResult_t r) {
   return std::string(call) + " returned " + ncclGetErrorString(r) + ": " + ncclGetLastError(nullptr);
 }
 
+std::string allReduceOnce(int rank, int nranks, const ncclUniqueId& id) {
+  ncclComm_t comm;
+  RANK_NCCL(ncclCommInitRank(&comm, nranks, id, rank));
+  int v = rank + 1, sum = 0;
+  RANK_NCCL(ncclAllReduce(&v, &sum, 1, ncclInt32, ncclSum, comm, nullptr));
+  ncclCommDestroy(comm);
+  return sum == nranks * (nranks + 1) / 2 ? "" : "wrong sum " + std::to_string(sum);
+}
+
 }  // namespace strata::test

@@ -51,6 +51,9 @@ std::vector<std::vector<std::string>> counterLines(const std::string& logDir, co
 // The number before `what` in a counters line ("3 puts" -> 3; `what` is a regex), -1 when absent.
 long long countOf(const std::string& line, const std::string& what);
 
+// A RankFn: one communicator, one all-reduce of one integer (rank + 1 each), checked.
+std::string allReduceOnce(int rank, int nranks, const ncclUniqueId& id);
+
 // Formats a failing NCCL call with its code and ncclGetLastError().
 std::string ncclFailure(const char* call, ncclResult_t r);
 
