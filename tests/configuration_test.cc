@@ -3,7 +3,6 @@
 // network between nodes chosen per communicator (ncclConfig_t.netName over NCCL_NET).
 #include <gtest/gtest.h>
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -61,7 +60,7 @@ TEST(Configuration, ConfigurationFileIsReadAndTheEnvironmentWins) {
 // processes still met over shm).
 TEST(Configuration, ShmDisableFollowsAReloadedEnvironment) {
   std::string dir = testing::TempDir() + "strata-shm-disable." + std::to_string(getpid());
-  mkdir(dir.c_str(), 0700);
+  std::filesystem::create_directories(dir);
   auto viaOfEachRank = [&dir](bool disable) {
     for (const auto& e : std::filesystem::directory_iterator(dir)) std::filesystem::remove(e.path());
     if (disable) setenv("NCCL_SHM_DISABLE", "1", 1);

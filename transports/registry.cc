@@ -84,6 +84,11 @@ const char* wantedNetwork(const PeerInfo& self) {
   return self.netName[0] ? self.netName : config().netName.c_str();
 }
 
+// A transport this configuration enables, with `caps`, that can link the pair.
+bool links(const Transport* t, const PeerInfo& self, const PeerInfo& peer, uint32_t caps) {
+  return t->enabled() && t->has(caps) && t->canConnect(self, peer);
+}
+
 bool named(const net::Network* n, const char* want) { return n && strcasecmp(n->name().c_str(), want) == 0; }
 
 // The networks this process has, in priority order ("none" when it has none).
@@ -128,7 +133,7 @@ double networkGBps(const char* netName) {
 Transport& selectTransport(const PeerInfo& self, const PeerInfo& peer, uint32_t required) {
   const char* want = wantedNetwork(self);
   for (Transport* t : transports()) {
-    if (!t->enabled() || !t->has(required) || !t->canConnect(self, peer)) continue;
+    if (!links(t, self, peer, required)) continue;
     if (*want && dynamic_cast<net::NetTransport*>(t) && !named(networkOf(t), want)) continue;
     return *t;
   }
@@ -139,6 +144,12 @@ Transport& selectTransport(const PeerInfo& self, const PeerInfo& peer, uint32_t 
          want, self.rank, self.hostname, peer.rank, peer.hostname, loadedNetworks().c_str());
   fail(ncclInternalError, "no transport with capabilities 0x%x can connect rank %d (%s, pid %d) and rank %d (%s, pid %d)",
        required, self.rank, self.hostname, self.pid, peer.rank, peer.hostname, peer.pid);
+}
+
+bool anyTransportLinks(const PeerInfo& self, const PeerInfo& peer, uint32_t caps) {
+  for (const Transport* t : transports())
+    if (links(t, self, peer, caps)) return true;
+  return false;
 }
 
 }  // namespace strata::transport

@@ -261,5 +261,7 @@ double networkGBps(const char* netName);
 // The first transport, in priority order, that can connect the pair and has
 // every capability in `required`; throws naming both ranks if none can.
 Transport& selectTransport(const PeerInfo& self, const PeerInfo& peer, uint32_t required = kSlots);
+// Whether any enabled transport with every capability in `caps` can connect the pair.
+bool anyTransportLinks(const PeerInfo& self, const PeerInfo& peer, uint32_t caps);
 
 }  // namespace strata::transport

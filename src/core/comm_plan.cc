@@ -29,9 +29,7 @@ uint32_t CommPlan::linkCapabilities(int a, int b) const {
 size_t CommPlan::putBytes() const { return config().putBytes; }
 
 bool CommPlan::reachable(int a, int b, uint32_t caps) const {
-  for (transport::Transport* t : transport::transports())
-    if (t->enabled() && t->has(caps) && t->canConnect(comm_.peer(a), comm_.peer(b))) return true;
-  return false;
+  return transport::anyTransportLinks(comm_.peer(a), comm_.peer(b), caps);
 }
 
 void* CommPlan::deviceStream() {

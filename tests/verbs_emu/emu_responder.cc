@@ -98,8 +98,12 @@ bool applyOne(Responder& r, Qp* q, const Request& req, const char* payload) {
   return true;
 }
 
-// False when the stream must close (hello refused, or the queue pair is gone or broken).
+// The bytes of a request on the wire: its header, and the payload a write or send carries.
+size_t wireBytes(const Request& req) { return sizeof(req) + (req.op != IBV_WR_RDMA_READ ? req.len : 0); }
+
 }  // namespace
+
+// False when the stream must close (hello refused, or the queue pair is gone or broken).
 
 bool driveResponder(Responder& r) {
   // Up to 64 MiB buffered, or the whole request at the head if it is larger (a
@@ -108,7 +112,7 @@ bool driveResponder(Responder& r) {
   if (r.hello && r.in.size() >= sizeof(Request)) {
     Request head;
     memcpy(&head, r.in.data(), sizeof(head));
-    if (head.op != IBV_WR_RDMA_READ) cap = std::max(cap, sizeof(head) + head.len);
+    cap = std::max(cap, wireBytes(head));
   }
   bool open = fillIn(r.fd, &r.in, cap);
   if (!r.hello) {
@@ -131,8 +135,7 @@ bool driveResponder(Responder& r) {
       return false;  // no responder any more: the requester's retries run out
     Request req;
     memcpy(&req, r.in.data(), sizeof(req));
-    bool carries = req.op != IBV_WR_RDMA_READ;
-    size_t total = sizeof(req) + (carries ? req.len : 0);
+    size_t total = wireBytes(req);
     if (r.in.size() < total) break;
     if (!applyOne(r, it->second, req, r.in.data() + sizeof(req))) break;
     r.in.erase(0, total);
