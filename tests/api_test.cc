@@ -154,6 +154,33 @@ TEST_F(OneRank, QueriesRegistrationAndMemory) {
   EXPECT_EQ(ncclCommFinalize(comm_), ncclSuccess);
 }
 
+// NCCL 2.28's device-API host functions: not in Strata's header (API level 2.27),
+// exported for binaries built against 2.28, and every call refused by name.
+extern "C" {
+struct ncclDevComm;
+ncclResult_t ncclDevCommCreate(ncclComm_t, const void* reqs, ncclDevComm* out);
+ncclResult_t ncclDevCommDestroy(ncclComm_t, const ncclDevComm*);
+ncclResult_t ncclGetLsaMultimemDevicePointer(ncclWindow_t, size_t, void** outPtr);
+ncclResult_t ncclGetLsaDevicePointer(ncclWindow_t, size_t, int, void** outPtr);
+ncclResult_t ncclGetPeerDevicePointer(ncclWindow_t, size_t, int, void** outPtr);
+}
+
+TEST_F(OneRank, DeviceApiHostCallsAreExportedAndRefused) {
+  EXPECT_EQ(ncclDevCommCreate(comm_, nullptr, nullptr), ncclInvalidUsage);
+  EXPECT_NE(lastError().find("ncclDevCommCreate: NCCL's device API"), std::string::npos) << lastError();
+  EXPECT_EQ(ncclDevCommDestroy(comm_, nullptr), ncclInvalidUsage);
+  EXPECT_EQ(ncclDevCommCreate(nullptr, nullptr, nullptr), ncclInvalidArgument);
+  int x = 0;
+  void* p = &x;
+  EXPECT_EQ(ncclGetLsaMultimemDevicePointer(nullptr, 0, &p), ncclInvalidUsage);
+  EXPECT_EQ(p, nullptr);
+  p = &x;
+  EXPECT_EQ(ncclGetLsaDevicePointer(nullptr, 0, 0, &p), ncclInvalidUsage);
+  EXPECT_EQ(p, nullptr);
+  EXPECT_EQ(ncclGetPeerDevicePointer(nullptr, 0, 0, nullptr), ncclInvalidUsage);
+  EXPECT_NE(lastError().find("ncclGetPeerDevicePointer"), std::string::npos) << lastError();
+}
+
 TEST_F(OneRank, SimulateEstimatesWithoutRunning) {
   std::vector<float> a(1 << 20, 1), b(1 << 20, 0);
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
