@@ -28,6 +28,7 @@ struct Params {
   ReduceKind kind;
   bool scale;  // multiply by `scalar` (pre-multiplied sum): gpuPrepare only
   typename DevFormat<T>::C scalar;
+  const T* scalarAt;  // ncclScalarDevice: the scalar is read here as the kernel runs
   int divide;  // > 1: divide the result (avg)
 };
 
@@ -50,9 +51,33 @@ __device__ T element(const Params<T>& p, const T (&x)[N]) {
 // vectors live in registers (a runtime count kept them in a local array: a stack
 // frame and local loads and stores per element); loads and stores stream (the
 // data is read once), leaving the cache to what is reused.
+// A sum of half or bf16 vectors on packed pairs (add.rn.f16x2 / bf16x2): one
+// rounding of the exact sum per step, which for two values of these types is what
+// the float path gives (float's 24 bits hold their exact sum, or round away only
+// what the 16-bit rounding would); so the same bits as element(), in half the
+// instructions (bf16 reached 88% of the copy rate through float on an H200).
+template <typename T>
+constexpr bool kPackedSum = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
+
+template <typename T, int N>
+__device__ uint4 packedSum(const uint4 (&raw)[N]) {
+  using T2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+  uint4 out = raw[0];
+  T2* acc = reinterpret_cast<T2*>(&out);
+#pragma unroll
+  for (int j = 1; j < N; ++j) {
+    const T2* x = reinterpret_cast<const T2*>(&raw[j]);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) acc[k] = __hadd2(acc[k], x[k]);
+  }
+  return out;
+}
+
 template <typename T, int N>
 __global__ void reduceKernel(T* dst, Params<T> p, size_t count, bool vectors) {
   constexpr int V = 16 / sizeof(T);
+  if (p.scalarAt) p.scalar = DevFormat<T>::load(*p.scalarAt);
+  [[maybe_unused]] const bool packed = N > 1 && p.kind == ReduceKind::kSum && !p.scale && p.divide <= 1;
   size_t tid = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   size_t done = 0;
@@ -63,6 +88,12 @@ __global__ void reduceKernel(T* dst, Params<T> p, size_t count, bool vectors) {
 #pragma unroll
       for (int j = 0; j < N; ++j) raw[j] = __ldcs(reinterpret_cast<const uint4*>(p.in[j]) + v);
       uint4 out;
+      if constexpr (kPackedSum<T>) {
+        if (packed) {
+          __stcs(reinterpret_cast<uint4*>(dst) + v, packedSum<T, N>(raw));
+          continue;
+        }
+      }
 #pragma unroll
       for (int k = 0; k < V; ++k) {
         T x[N];
@@ -133,6 +164,7 @@ void launch(void* dst, const void* const* inputs, int n, size_t count, const Red
   } else {  // rounded to the storage type first, as a scalar of that type would be (cpu_reduce.cc)
     p.scalar = static_cast<float>(T(static_cast<float>(op.scalarF)));
   }
+  if (scale) p.scalarAt = static_cast<const T*>(op.scalarAt);
   bool vectors = aligned16(dst);
   for (int j = 0; j < n; ++j) {
     p.in[j] = static_cast<const T*>(inputs[j]);
