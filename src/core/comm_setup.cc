@@ -355,7 +355,8 @@ void Communicator::warmUp() {
     if (!all[i]->deviceMemory() || peers_[rank()].device < 0) continue;
     if (!(unavailable >> i & 1))
       STRATA_INFO(kSubsysInit, rank(), "%s: device buffers go GPU to GPU (%s)", all[i]->name(),
-                  pool_->transportTo(layout_.ringNext(), transport::kDeviceMemory));
+                  nranks() > 1 ? pool_->transportTo(layout_.ringNext(), transport::kDeviceMemory)
+                               : "one rank: copies on its own GPU");
     else
       STRATA_INFO(kSubsysInit, rank(), "%s: not used; device buffers are staged through host memory (one rank, "
                   "several nodes, or no device-memory transport for every pair: NCCL_P2P_DISABLE, NCCL_P2P_LEVEL, "

@@ -90,6 +90,17 @@ bool streamOrdered(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
   return true;
 }
 
+// A stream of another GPU than the communicator's fails the call before anything is
+// enqueued (CUDA would refuse the launch into it halfway through the group, leaving
+// the communicator in an error state); the communicator goes on.
+void checkStreams(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
+  for (auto& [h, op] : ops) {
+    int comm = h->impl->device(), stream = device::streamDevice(op.stream);
+    STRATA_REQUIRE(stream < 0 || comm < 0 || stream == comm, ncclInvalidArgument,
+                   "%s: rank %d: the stream belongs to GPU %d, the communicator to GPU %d", op.fn, h->rank, stream, comm);
+  }
+}
+
 // Device buffers go to the stream: kernels enqueued here, or the proxy's job
 // (device_proxy.h); host buffers run here, after the communicators' earlier device
 // operations.
@@ -98,6 +109,7 @@ void runOps(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
   for (auto& [h, op] : ops) device = device || DeviceProxy::touchesDevice(op);
   if (device) {
     checkGroup(ops);
+    checkStreams(ops);
     if (!streamOrdered(ops)) return DeviceProxy::enqueue(ops);
     void* stream = ops.front().second.stream;
     Executor ex(stream ? stream : device::kLegacyStream, true);  // the executor's null stream means none

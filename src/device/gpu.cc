@@ -39,6 +39,7 @@ class NoGpus final : public GpuBackend {
   void streamDestroy(void*) override { refuse("streams"); }
   void streamSynchronize(void*) override { refuse("streams"); }
   bool streamIdle(void*) override { refuse("streams"); }
+  int streamDevice(void*) override { return -1; }
   void copySync(void*, const void*, size_t) override { refuse("copies"); }
   void memsetSync(void*, int, size_t) override { refuse("copies"); }
   void* ipcAlloc(size_t, std::string*) override { refuse("CUDA IPC"); }
@@ -227,6 +228,10 @@ void streamSynchronize(void* stream) {
 bool streamIdle(void* stream) {
   RelaxedCapture relaxed;
   return backend().streamIdle(stream);
+}
+int streamDevice(void* stream) {
+  if (stream == nullptr || stream == kLegacyStream) return -1;
+  return backend().streamDevice(stream);
 }
 void copySync(void* dst, const void* src, size_t bytes) {
   RelaxedCapture relaxed;

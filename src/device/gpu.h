@@ -112,6 +112,9 @@ void streamDestroy(void* stream);
 void streamSynchronize(void* stream);
 // True when everything enqueued on the stream so far has finished (never blocks).
 bool streamIdle(void* stream);
+// The device a created stream belongs to; -1 for the default streams (they follow
+// the current device) or when it cannot be told.
+int streamDevice(void* stream);
 void copySync(void* dst, const void* src, size_t bytes);
 void memsetSync(void* dst, int value, size_t bytes);
 

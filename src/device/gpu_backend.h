@@ -39,6 +39,8 @@ class GpuBackend {
   virtual void streamDestroy(void* stream) = 0;
   virtual void streamSynchronize(void* stream) = 0;
   virtual bool streamIdle(void* stream) = 0;
+  // The device a created stream belongs to (-1: the legacy or per-thread default stream, or unknown).
+  virtual int streamDevice(void* stream) = 0;
   virtual void copySync(void* dst, const void* src, size_t bytes) = 0;
   virtual void memsetSync(void* dst, int value, size_t bytes) = 0;
   virtual void* ipcAlloc(size_t bytes, std::string* handle) = 0;

@@ -146,6 +146,14 @@ class CudaGpus final : public GpuBackend {
   void streamSynchronize(void* stream) override {
     checkCuda(cudaStreamSynchronize(asStream(stream)), "cudaStreamSynchronize");
   }
+  int streamDevice(void* stream) override {
+    int d = -1;
+    if (cudaStreamGetDevice(asStream(stream), &d) != cudaSuccess) {
+      cudaGetLastError();
+      return -1;
+    }
+    return d;
+  }
   bool streamIdle(void* stream) override {
     cudaError_t e = cudaStreamQuery(asStream(stream));
     if (e == cudaErrorNotReady) return false;
@@ -155,7 +163,10 @@ class CudaGpus final : public GpuBackend {
   // Not on the legacy default stream: that one waits for every blocking stream of
   // the device, including a user's stream held by the device path for this thread.
   void copySync(void* dst, const void* src, size_t bytes) override {
-    checkCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, asStream(threadStream())), "cudaMemcpyAsync");
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, asStream(threadStream()));
+    if (e != cudaSuccess)
+      fail(ncclUnhandledCudaError, "cudaMemcpyAsync of %zu bytes, %p (%s) <- %p (%s), device %d: %s", bytes, dst,
+           describe(dst).c_str(), src, describe(src).c_str(), currentDevice(), cudaGetErrorString(e));
     streamSynchronize(threadStream());
   }
   void memsetSync(void* dst, int value, size_t bytes) override {
@@ -261,6 +272,17 @@ class CudaGpus final : public GpuBackend {
   }
 
  private:
+  // What CUDA knows of a pointer, for messages.
+  static std::string describe(const void* p) {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      cudaGetLastError();
+      return "unknown to CUDA";
+    }
+    const char* kinds[] = {"unregistered host", "pinned host", "device", "managed"};
+    int k = static_cast<int>(a.type);
+    return format("%s, device %d", k >= 0 && k < 4 ? kinds[k] : "?", a.device);
+  }
   void* threadStream() {
     thread_local void* s = streamCreate();
     return s;

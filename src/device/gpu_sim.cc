@@ -30,9 +30,11 @@
 namespace strata::device {
 namespace {
 
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 using namespace sim;  // NOLINT: the simulation's state (gpu_sim_state.h) is this file's own
+
 
 class SimGpus final : public GpuBackend {
  public:
@@ -141,7 +143,11 @@ class SimGpus final : public GpuBackend {
     reaches(dev, "the prepare kernel", src);
     if (op.preMultiply && !(aligned16(dst) && aligned16(src)))  // else a copy, which any alignment suits
       deviceWork(dev).unalignedKernels.fetch_add(1);
-    on(stream, [=] { device::prepare(dst, src, count, type, op); });
+    on(stream, [=] {
+      ReduceOp now = op;
+      if (now.scalarAt) loadScalar(now.scalarAt, type, &now);  // ncclScalarDevice: read as the kernel runs
+      device::prepare(dst, src, count, type, now);
+    });
   }
   void copy(void* dst, const void* src, size_t bytes, void* stream) override {
     int dev = launch("the copy kernel", stream);
@@ -322,6 +328,10 @@ class SimGpus final : public GpuBackend {
     forbidden("cudaStreamSynchronize");
     sim::unsafeDuringCapture("cudaStreamSynchronize");
     of(stream).synchronize();
+  }
+  int streamDevice(void* stream) override {
+    SimStream* st = ours(stream);
+    return st ? st->device() : -1;
   }
   bool streamIdle(void* stream) override {
     forbidden("cudaStreamQuery");

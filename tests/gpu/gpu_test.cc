@@ -473,10 +473,11 @@ TEST(ManyGpusErrors, AStreamOfAnotherGpuFailsTheCallAndTheCommunicatorGoesOn) {
     ncclComm_t comm;
     RANK_NCCL(ncclCommInitRank(&comm, n, id, rank));
     const size_t count = 4096;
-    DeviceBuffer d(count * sizeof(float));
+    DeviceBuffer d(count * sizeof(float)), out(count * sizeof(float));
     std::vector<float> ones(count, 1.0f), got(count);
     device::copySync(d.p, ones.data(), count * sizeof(float));
-    ncclResult_t r = ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, comm, other);
+    // Out of place: one rank's in-place all-reduce has nothing to enqueue (DeviceSelf).
+    ncclResult_t r = ncclAllReduce(d.p, out.p, count, ncclFloat32, ncclSum, comm, other);
     std::string why = ncclGetLastError(comm);
     if (r == ncclSuccess) return "an all-reduce on another GPU's stream succeeded";
     if (why.empty()) return "no message for the failed call";
