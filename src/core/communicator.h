@@ -87,6 +87,8 @@ class Communicator {
   bool oversubscribed() const { return oversubscribed_; }
   // True when every rank maps every other rank's memory (one host): the LL protocol works.
   bool sharedMemory() const { return tuneBasis_.sharedMemory; }
+  // Some GPU of this communicator is driven by more than one of its ranks.
+  bool sharesGpu() const { return !tuneBasis_.ownGpus && tuneBasis_.nranks > 1; }
   // Blocks of device-driven kernels every rank's GPU runs at once (the fewest any
   // reports; 0 when some rank has none).
   int kernelBlocks() const { return kernelBlocks_; }

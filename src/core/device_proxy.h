@@ -40,7 +40,8 @@ class DeviceProxy {
   static bool touchesDevice(const OpDesc& op);
   // Enqueues a group (one callback and one wait per stream) and returns; the
   // first communicator's proxy runs it. Throws ncclInvalidUsage for a stream under
-  // CUDA graph capture.
+  // CUDA graph capture. A group on a communicator whose ranks share a GPU runs
+  // before the call returns instead (runBlocking).
   static void enqueue(const std::vector<std::pair<ncclComm*, OpDesc>>& ops);
 
   // Waits until this communicator's device operations have finished (host side
@@ -66,6 +67,13 @@ class DeviceProxy {
  private:
   void loop();
   void run(DeviceJob& job, size_t part);
+  // Ranks sharing a GPU: nothing waits on the device. A stream held by a wait for
+  // another rank's host work can hold the hardware queue that rank's own work is
+  // queued on (streams share CUDA_DEVICE_MAX_CONNECTIONS queues; one under
+  // Megatron), and every rank waits: on an H200, 2 ranks as threads on one GPU hung
+  // on the first all-reduce. So the call waits for its streams, stages the inputs,
+  // runs the host algorithm on this thread and copies the outputs back.
+  static void runBlocking(const std::vector<std::pair<ncclComm*, OpDesc>>& ops);
 
   Communicator& comm_;
   std::mutex mu_;

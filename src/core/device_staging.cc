@@ -10,6 +10,7 @@
 #include "core/communicator.h"
 #include "core/device_job.h"
 #include "core/device_proxy.h"
+#include "core/executor.h"
 #include "device/dtypes.h"
 #include "device/gpu.h"
 
@@ -171,6 +172,34 @@ std::vector<std::pair<void*, int>> streamsOf(const std::vector<std::pair<ncclCom
 
 }  // namespace
 
+void DeviceProxy::runBlocking(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
+  std::vector<std::pair<void*, int>> streams = streamsOf(ops);
+  for (auto [stream, dev] : streams) {
+    device::OnDevice on(dev);
+    device::streamSynchronize(stream);
+  }
+  DeviceJob job;
+  job.parts.push_back(std::make_unique<DevicePart>());
+  job.home = &ops.front().first->impl->deviceProxy();
+  struct Staging {  // back to the pool whatever happens
+    DeviceJob& job;
+    ~Staging() { job.home->returnStaging(job.buffers, {}); }
+  } staging{job};
+  PartCopies copies = stage(ops, job);
+  auto copy = [&](const std::vector<Transfer>& transfers) {  // each on its stream's device
+    for (const Transfer& t : transfers) {
+      auto own = [&t](const std::pair<void*, int>& e) { return e.first == t.stream; };
+      device::OnDevice on(std::find_if(streams.begin(), streams.end(), own)->second);
+      device::copySync(t.dst, t.src, t.bytes);
+    }
+  };
+  copy(copies.in);
+  Executor ex;
+  for (auto& [h, op] : job.parts[0]->ops) ex.add(readyComm(h, op.fn), op);
+  ex.run();
+  copy(copies.out);
+}
+
 bool DeviceProxy::touchesDevice(const OpDesc& op) {
   if (device::gpuCount() == 0) return false;
   return device::isDevicePointer(op.sendbuff) || device::isDevicePointer(op.recvbuff);
@@ -182,6 +211,8 @@ void DeviceProxy::enqueue(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) 
                    "%s: rank %d: the stream is being captured into a CUDA graph; Strata's device path runs each "
                    "operation through a host proxy thread, which a graph cannot replay (capture is not supported yet)",
                    op.fn, h->rank);
+  for (auto& [h, op] : ops)
+    if (h->impl->sharesGpu()) return runBlocking(ops);
   auto job = std::make_shared<DeviceJob>();
   job->parts.push_back(std::make_unique<DevicePart>());
   job->home = &ops.front().first->impl->deviceProxy();

@@ -335,11 +335,12 @@ INSTANTIATE_TEST_SUITE_P(Spread, ManyGpus,
                            return std::string(modeName(std::get<0>(info.param))) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
                          });
 
-// Ranks sharing one GPU in one process, on two communicators: rank 1's stream waits
-// in communicator B's all-reduce for rank 0, who first destroys communicator A. A
-// free that synchronised the device there (cudaFreeHost of A's flags) would wait for
-// rank 1's stream, which waits for rank 0: Strata keeps such frees until no device
-// work of its own is in flight.
+// Ranks sharing one GPU in one process, on two communicators: rank 1 waits in
+// communicator B's all-reduce for rank 0, who first destroys communicator A. When
+// such ranks held their streams on the GPU (a proxy's flag wait), a free that
+// synchronised the device there (cudaFreeHost of A's flags) waited for rank 1's
+// stream, which waited for rank 0; now they wait in the call (runBlocking), and
+// nothing A's destruction frees may wait for B.
 TEST(GpuSharing, DestroyingOneCommunicatorWhileAnotherWaitsOnTheGpu) {
   REQUIRE_GPU();
   ncclUniqueId idB;
@@ -357,12 +358,12 @@ TEST(GpuSharing, DestroyingOneCommunicatorWhileAnotherWaitsOnTheGpu) {
     device::copySync(d.p, ones.data(), count * sizeof(float));
     RANK_NCCL(ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, a, s));  // A's proxy has its flags now
     device::streamSynchronize(s);
-    if (rank == 1) {
-      RANK_NCCL(ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, b, s));
+    if (rank == 1) {  // ranks sharing a GPU wait in the call itself (DeviceProxy::runBlocking)
       enqueued = true;
+      RANK_NCCL(ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, b, s));
     } else {
       while (!enqueued) usleep(1000);
-      usleep(50000);  // rank 1's stream holds in B's wait by now
+      usleep(50000);  // rank 1 waits in B's all-reduce by now
       RANK_NCCL(ncclCommDestroy(a));
       a = nullptr;
       RANK_NCCL(ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, b, s));
