@@ -35,6 +35,29 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 using namespace sim;  // NOLINT: the simulation's state (gpu_sim_state.h) is this file's own
 
+// CUDA refuses a copy or memset that runs past the allocation it starts in
+// (cudaErrorInvalidValue): a test's upload one byte longer than its buffer passed
+// here and failed on an H200. The allocation is found by walking back page by page
+// to the nearest header (every gpuAlloc block's first page); the walk stops at a
+// page nobody owns, and memory without a header (IPC segments) is not checked.
+void withinAllocation(const void* p, size_t bytes, const char* call) {
+  if (bytes == 0 || !inArena(p)) return;
+  auto a = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t first = kArenaBase + kOwnersOffset + kOwnersBytes;
+  for (uintptr_t page = a & ~uintptr_t{4095}; page >= first; page -= 4096) {
+    if (ownerOf(reinterpret_cast<const void*>(page)) < 0) return;  // unmapped: no header before p
+    BlockHeader h;
+    memcpy(&h, reinterpret_cast<const void*>(page), sizeof h);
+    if (h.magic != kBlockMagic) continue;
+    uintptr_t begin = page + kBlockHeader, end = begin + h.bytes;
+    if (a < begin || a >= end) return;  // another block's header: p's memory has none
+    STRATA_REQUIRE(bytes <= end - a, ncclUnhandledCudaError,
+                   "simulated GPU: %s of %zu bytes at %p runs %zu bytes past the end of its %zu-byte allocation "
+                   "(CUDA: invalid argument)", call, bytes, p, bytes - (end - a), static_cast<size_t>(h.bytes));
+    return;
+  }
+}
+
 
 class SimGpus final : public GpuBackend {
  public:
@@ -150,6 +173,8 @@ class SimGpus final : public GpuBackend {
     });
   }
   void copy(void* dst, const void* src, size_t bytes, void* stream) override {
+    withinAllocation(dst, bytes, "the copy kernel");
+    withinAllocation(src, bytes, "the copy kernel");
     int dev = launch("the copy kernel", stream);
     reaches(dev, "the copy kernel", dst);
     reaches(dev, "the copy kernel", src);
@@ -282,6 +307,8 @@ class SimGpus final : public GpuBackend {
   // A copy engine's copy: any device's memory, from any device's stream (as CUDA).
   void copyAsync(void* dst, const void* src, size_t bytes, void* stream) override {
     use("cudaMemcpyAsync");
+    withinAllocation(dst, bytes, "cudaMemcpyAsync");
+    withinAllocation(src, bytes, "cudaMemcpyAsync");
     on(stream, [=] { memmove(dst, src, bytes); });
   }
   void hostCallback(void* stream, void (*fn)(void*), void* arg) override {
@@ -341,11 +368,14 @@ class SimGpus final : public GpuBackend {
   void copySync(void* dst, const void* src, size_t bytes) override {
     use("cudaMemcpy");
     sim::unsafeDuringCapture("cudaMemcpy");
+    withinAllocation(dst, bytes, "cudaMemcpy");
+    withinAllocation(src, bytes, "cudaMemcpy");
     memmove(dst, src, bytes);
   }
   void memsetSync(void* dst, int value, size_t bytes) override {
     use("cudaMemset");
     sim::unsafeDuringCapture("cudaMemset");
+    withinAllocation(dst, bytes, "cudaMemset");
     memset(dst, value, bytes);
   }
   void* ipcAlloc(size_t bytes, std::string* handle) override {

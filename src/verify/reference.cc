@@ -58,7 +58,11 @@ void fillBuffer(ncclDataType_t type, void* dst, size_t count, const std::functio
 }
 
 std::vector<char> makeBuffer(ncclDataType_t type, size_t count, const std::function<double(size_t)>& value) {
-  std::vector<char> buf(count * dtypeSize(type) + 1);
+  // Exactly count elements (a device upload of size() bytes must fit the buffer);
+  // never a null data() though, even for count 0.
+  std::vector<char> buf;
+  buf.reserve(count * dtypeSize(type) + 1);
+  buf.resize(count * dtypeSize(type));
   fillBuffer(type, buf.data(), count, value);
   return buf;
 }

@@ -30,6 +30,7 @@ double reducedValue(int nranks, size_t i, ncclDataType_t type, TestOp op);
 
 // Buffers of a datatype filled from doubles, and compared element by element.
 void fillBuffer(ncclDataType_t type, void* dst, size_t count, const std::function<double(size_t)>& value);
+// count elements exactly (data() is never null).
 std::vector<char> makeBuffer(ncclDataType_t type, size_t count, const std::function<double(size_t)>& value);
 // How many elements differ bit for bit.
 size_t countMismatches(ncclDataType_t type, const void* got, const void* expected, size_t count);
