@@ -58,31 +58,38 @@ int main(int argc, char** argv) {
   size_t bytes = mib << 20;
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
-  void *a, *b, *c;
-  CHECK(cudaMalloc(&a, bytes));
-  CHECK(cudaMalloc(&b, bytes));
+  // Eight distinct inputs (a repeated buffer would be read from cache) and an output.
+  void* in[8];
+  void* c;
+  for (void*& p : in) {
+    CHECK(cudaMalloc(&p, bytes));
+    CHECK(cudaMemset(p, 0, bytes));
+  }
   CHECK(cudaMalloc(&c, bytes));
-  CHECK(cudaMemset(a, 0, bytes));
-  CHECK(cudaMemset(b, 0, bytes));
+  void* a = in[0];
   printf("# gpu_bench on %s, %zu MiB buffers, median of %d\n", prop.name, mib, iters);
   double copy = 2.0 * bytes / medianSeconds(iters, [&] { CHECK(cudaMemcpyAsync(c, a, bytes, cudaMemcpyDeviceToDevice)); });
   printf("%-28s %8.1f GB/s  (read + written)\n", "cudaMemcpy D2D", copy / 1e9);
   double mine = 2.0 * bytes / medianSeconds(iters, [&] { device::gpuCopy(c, a, bytes, nullptr); });
   printf("%-28s %8.1f GB/s  %5.1f%% of D2D\n", "gpuCopy", mine / 1e9, 100 * mine / copy);
+  // The target: float and bf16 reduces >= 90% of the copy rate. Every other
+  // type, and float with more inputs, is reported.
   bool met = true;
   for (ncclDataType_t t : {ncclFloat32, ncclFloat16, ncclBfloat16, ncclFloat8e4m3, ncclInt32, ncclFloat64}) {
-    size_t count = bytes / device::dtypeSize(t);
-    const void* in[2] = {a, b};
-    device::ReduceOp sum;
-    double bw = 3.0 * bytes / medianSeconds(iters, [&] { device::gpuReduceInOrder(c, in, 2, count, t, sum, nullptr); });
-    char name[64];
-    snprintf(name, sizeof name, "reduce sum 2 inputs %s", device::dtypeName(t));
-    printf("%-28s %8.1f GB/s  %5.1f%% of D2D\n", name, bw / 1e9, 100 * bw / copy);
-    met = met && bw >= 0.85 * copy;
+    for (int n : {2, 4, 8}) {
+      if (n > 2 && t != ncclFloat32) continue;
+      size_t count = bytes / device::dtypeSize(t);
+      device::ReduceOp sum;
+      double bw = (n + 1.0) * bytes /
+                  medianSeconds(iters, [&] { device::gpuReduceInOrder(c, in, n, count, t, sum, nullptr); });
+      char name[64];
+      snprintf(name, sizeof name, "reduce sum %d inputs %s", n, device::dtypeName(t));
+      printf("%-28s %8.1f GB/s  %5.1f%% of D2D\n", name, bw / 1e9, 100 * bw / copy);
+      if (n == 2 && (t == ncclFloat32 || t == ncclBfloat16)) met = met && bw >= 0.90 * copy;
+    }
   }
-  printf("# target: every reduce >= 85%% of D2D: %s\n", met ? "met" : "NOT met");
-  cudaFree(a);
-  cudaFree(b);
+  printf("# target: float and bf16 reduce of 2 inputs >= 90%% of D2D: %s\n", met ? "met" : "NOT met");
+  for (void* p : in) cudaFree(p);
   cudaFree(c);
   return 0;
 }

@@ -67,7 +67,10 @@ void streamDestroy(void* stream) {
 void copyToDevice(void* dst, const void* src, size_t bytes) {
   if (simulatedGpus() > 0) return void(memcpy(dst, src, bytes));
 #ifdef STRATA_PERF_CUDA
+  // From pageable memory cudaMemcpy may return before the data lands, and the
+  // ranks' streams do not wait for the legacy stream (they are non-blocking).
   check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+  check(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize");
 #endif
 }
 
@@ -81,7 +84,10 @@ void copyToHost(void* dst, const void* src, size_t bytes) {
 void clearDevice(void* dst, size_t bytes) {
   if (simulatedGpus() > 0) return void(memset(dst, 0, bytes));
 #ifdef STRATA_PERF_CUDA
+  // cudaMemset on device memory returns before it is done: a collective on a
+  // rank's (non-blocking) stream raced it (1 rank on an H200: 14880 wrong values).
   check(cudaMemset(dst, 0, bytes), "cudaMemset");
+  check(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize");
 #endif
 }
 
