@@ -7,10 +7,13 @@
 #                               packs the binaries, libnccl.so.2 and the shared
 #                               libraries they load into build-gpu/pack (at most 64 MiB);
 #   scripts/gpu-check.sh run    on the GPU machine, with build-gpu/pack carried there:
-#                               every step under `timeout`, STRATA_TIMEOUT=60, logs
-#                               under $OUT, one summary; a GPU test that skips while a
-#                               GPU is visible fails (tests that need more GPUs than
-#                               are visible are filtered out, and said so).
+#                               every step under `timeout` and the run's budget
+#                               (GPU_CHECK_BUDGET, 420 s), STRATA_TIMEOUT=60, one
+#                               summary; $OUT gets summary.txt and gpu-check-logs.tgz;
+#                               a GPU test that skips while a GPU is visible fails
+#                               (tests that need more GPUs than are visible are
+#                               filtered out, and said so);
+#   scripts/gpu-check.sh diag   short runs of what failed first, at NCCL_DEBUG=INFO.
 # With no argument: pack, then run (a machine that has both). Exits non-zero when any
 # step failed.
 set -uo pipefail
@@ -20,9 +23,11 @@ pack=build-gpu/pack
 do_pack() {
   local nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
   [ -x "$nvcc" ] || { echo "gpu-check pack: no nvcc at $nvcc (set NVCC)"; return 1; }
+  local log=build-gpu/configure.log
+  mkdir -p build-gpu
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" \
-    -DCMAKE_CUDA_ARCHITECTURES=90 > build-gpu.configure.log 2>&1 || { cat build-gpu.configure.log; return 1; }
-  grep -q "GPU path: CUDA" build-gpu.configure.log || { echo "gpu-check pack: configure did not enable CUDA"; return 1; }
+    -DCMAKE_CUDA_ARCHITECTURES=90 > "$log" 2>&1 || { cat "$log"; return 1; }
+  grep -q "GPU path: CUDA" "$log" || { echo "gpu-check pack: configure did not enable CUDA"; return 1; }
   local tools=(all_reduce_perf all_gather_perf reduce_scatter_perf broadcast_perf gpu_bench)
   cmake --build build-gpu --target nccl gpu_test "${tools[@]}" || return 1
   rm -rf "$pack" && mkdir -p "$pack/bin" "$pack/lib"
@@ -44,64 +49,150 @@ do_pack() {
   [ "$mib" -le 64 ] || { echo "gpu-check pack: over 64 MiB"; return 1; }
 }
 
-do_run() {
-  [ -x "$pack/bin/gpu_test" ] || { echo "gpu-check run: no $pack (run 'scripts/gpu-check.sh pack' and carry it)"; return 1; }
-  local out=${OUT:-/tmp/strata-gpu-check}
+# Shared by run and diag: the pack on the library path, logs in a scratch folder
+# ($OUT gets only summary.txt and one gpu-check-logs.tgz: the device tool returns few
+# files), and step(), which bounds every command by its own limit and the run's budget.
+setup() {
+  [ -x "$pack/bin/gpu_test" ] || { echo "gpu-check: no $pack (run 'scripts/gpu-check.sh pack' and carry it)"; return 1; }
+  out=${OUT:-/tmp/strata-gpu-check}
+  logs=$(mktemp -d /tmp/gpu-check-logs.XXXXXX)
   mkdir -p "$out"
   export LD_LIBRARY_PATH=$PWD/$pack/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} STRATA_TIMEOUT=60
-  local summary=()
-  local failed=FAIL
-  step() {  # step NAME SECONDS COMMAND...: runs it under timeout, keeps its output, records the verdict
-    local name=$1 limit=$2; shift 2
-    local start=$SECONDS rc=0
-    timeout -k 5 "$limit" "$@" > "$out/$name.log" 2>&1 || rc=$?
-    if [ $rc -eq 0 ]; then summary+=("PASS  $name ($((SECONDS - start)) s)")
-    else summary+=("$failed  $name ($((SECONDS - start)) s, rc $rc): see $out/$name.log"); fi
-    tail -n 8 "$out/$name.log"
-  }
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$out/gpu.txt" 2>&1 || true
-  local gpus
+  summary=()
+  failed=FAIL
+  # The whole run stays within GPU_CHECK_BUDGET seconds (default 420): a step gets
+  # the smaller of its own limit and what is left; one with under 10 s left is skipped.
+  deadline=$((SECONDS + ${GPU_CHECK_BUDGET:-420}))
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$logs/gpu.txt" 2>&1 || true
   gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU')
-  echo "GPU: $(cat "$out/gpu.txt") ($gpus visible)"
+  echo "GPU: $(cat "$logs/gpu.txt") ($gpus visible)"
+  torch_lib=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__) + "/lib")' 2> /dev/null)
+  nccl_lib=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0] + "/lib")' 2> /dev/null)
+  return 0
+}
+
+step() {  # step NAME SECONDS COMMAND...: runs it under timeout, keeps its output, records the verdict
+  local name=$1 limit=$2; shift 2
+  local start=$SECONDS rc=0
+  [ $((deadline - SECONDS)) -lt "$limit" ] && limit=$((deadline - SECONDS))
+  if [ "$limit" -lt 10 ]; then summary+=("FAIL  $name: skipped, the run's budget is spent"); return; fi
+  echo "== $name (limit $limit s)"
+  if declare -F "$1" > /dev/null; then  # a function of this script: `timeout` runs it in a new bash
+    timeout -k 5 "$limit" bash -c "$(declare -f "$1"); \"\$@\"" bash "$@" > "$logs/$name.log" 2>&1 || rc=$?
+  else
+    timeout -k 5 "$limit" "$@" > "$logs/$name.log" 2>&1 || rc=$?
+  fi
+  if [ $rc -eq 0 ]; then summary+=("PASS  $name ($((SECONDS - start)) s)")
+  else summary+=("$failed  $name ($((SECONDS - start)) s, rc $rc): see $name.log"); fi
+  tail -n 8 "$logs/$name.log"
+}
+
+# run_each BINARY FILTER: every test the filter selects, each in a process of its own.
+run_each() {
+  local bin=$1 suite="" t rc=0
+  while IFS= read -r line; do
+    if [[ $line != " "* ]]; then suite=${line%% *}; continue; fi
+    t=${line#  }; t=${t%% *}
+    "$bin" --gtest_filter="$suite$t" 2>&1 | grep -E '^\[ +(OK|FAILED|SKIPPED) +\]|Failure|Which is|rank [0-9]+:' || true
+    [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  done < <("$bin" --gtest_list_tests --gtest_filter="$2" | grep -v '^Running main')
+  return $rc
+}
+
+finish() {
+  echo
+  echo "== gpu-check $1 summary ($(cat "$logs/gpu.txt"), $gpus GPU(s)) =="
+  printf '%s\n' "${summary[@]}" | tee "$logs/summary.txt"
+  grep -h -E "^(cudaMemcpy|gpuCopy|reduce|# target)" "$logs/gpu_bench.log" 2> /dev/null
+  for f in "$logs"/*_perf_*rank*.log; do
+    [ -f "$f" ] && echo "$(basename "$f" .log): $(grep -E 'Avg bus bandwidth' "$f" | tr -s ' ')"
+  done
+  cp "$logs/summary.txt" "$out/summary.txt"
+  tar czf "$out/gpu-check-logs.tgz" -C "$logs" .
+  echo "logs: $out/gpu-check-logs.tgz"
+  ! printf '%s\n' "${summary[@]}" | grep -q '^FAIL'
+}
+
+# The NCCL symbols PyTorch's CUDA library needs that Strata's libnccl.so.2 lacks:
+# `ldd -r` with Strata preloaded (in place of the wheel's NCCL) lists every one.
+torch_symbols() {
+  local lib=$torch_lib/libtorch_cuda.so
+  [ -e "$lib" ] || { echo "no libtorch_cuda.so under $torch_lib"; return 1; }
+  LD_PRELOAD="$PWD/$pack/lib/libnccl.so.2" ldd -r "$lib" 2>&1 | grep -i "undefined symbol: p\?nccl" | tee "$logs/torch_missing_nccl.txt"
+  [ ! -s "$logs/torch_missing_nccl.txt" ]
+}
+
+torch_step() {
+  if [ -n "$torch_lib" ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2> /dev/null; then
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())' > "$logs/torch.txt" 2>&1
+    cat "$logs/torch.txt"
+    if torch_symbols > "$logs/torch_symbols.log" 2>&1; then summary+=("PASS  torch_symbols: every nccl symbol libtorch_cuda.so needs is exported")
+    else summary+=("FAIL  torch_symbols: see torch_symbols.log"); cat "$logs/torch_symbols.log"; fi
+    step torch_distributed 60 env LD_PRELOAD="$PWD/$pack/lib/libnccl.so.2" python3 "$pack/torch_check.py"
+  else
+    summary+=("FAIL  torch_distributed: PyTorch with CUDA is not importable")
+  fi
+}
+
+do_run() {
+  setup || return 1
   # Simulator-only tests are not GPU tests; tests that need a GPU per rank need 2+.
   local filter='-GpuSimulator.*:GpuAlignment.*'
   [ "$gpus" -ge 2 ] || filter="$filter:*ManyGpus*:*DeviceOneShot*:Ranks/*"
   [ "$gpus" -ge 4 ] || filter="$filter:*4ranks"
   [ "$gpus" -ge 8 ] || filter="$filter:*8ranks"
-  echo "gpu tests: --gtest_filter=$filter" > "$out/filter.txt"
-  step gpu_tests 240 "$pack/bin/gpu_test" --gtest_filter="$filter"
-  if grep -q '^\[  SKIPPED \]' "$out/gpu_tests.log"; then summary+=("FAIL  gpu_tests: a test skipped with a GPU visible"); fi
+  echo "gpu tests: --gtest_filter=$filter" > "$logs/filter.txt"
+  # Fastest and most telling first: the kernels against the copy rate, the tests,
+  # PyTorch, then the perf tools (each step also bounded by the run's budget).
+  step gpu_bench 60 "$pack/bin/gpu_bench" 256 20
+  # A process that has used CUDA cannot fork ranks that use it ("initialization
+  # error"), so each test with processes runs in a gtest process of its own.
+  local forks='*processes*:GpuLifetime.*'
+  step gpu_tests 90 "$pack/bin/gpu_test" --gtest_filter="$filter:$forks"
+  step gpu_tests_processes 60 run_each "$pack/bin/gpu_test" "$forks$filter"
+  if grep -q '^\[  SKIPPED \]' "$logs"/gpu_tests*.log; then summary+=("FAIL  gpu_tests: a test skipped with a GPU visible"); fi
+  torch_step
   for tool in all_reduce all_gather reduce_scatter; do
     for n in 1 2 4; do
-      step "${tool}_perf_${n}ranks" 60 bash -c "'$pack/bin/${tool}_perf' -t $n -b 8 -e 256M -f 8 -n 5 -w 2 -c 1 |
+      step "${tool}_perf_${n}ranks" 20 bash -c "'$pack/bin/${tool}_perf' -t $n -b 8 -e 256M -f 8 -n 5 -w 2 -c 1 |
         tee /dev/stderr | grep -q 'Out of bounds values : 0 OK'"
     done
   done
-  # Known defect (README): ranks sharing a GPU go through the proxy, which deadlocks
-  # with one hardware queue; bounded here by STRATA_TIMEOUT and `timeout`.
-  failed=KNOWN
-  step all_reduce_perf_2ranks_one_queue 40 env CUDA_DEVICE_MAX_CONNECTIONS=1 STRATA_TIMEOUT=15 \
-    "$pack/bin/all_reduce_perf" -t 2 -b 8 -e 1M -f 8 -n 3 -w 1 -c 1
-  failed=FAIL
-  step gpu_bench 60 "$pack/bin/gpu_bench" 256 20
-  if python3 -c 'import torch, torch.distributed; assert torch.cuda.is_available()' 2> /dev/null; then
-    step torch_distributed 120 env LD_PRELOAD="$PWD/$pack/lib/libnccl.so.2" python3 "$pack/torch_check.py"
-  else
-    summary+=("FAIL  torch_distributed: PyTorch with CUDA is not importable")
+  # The peer on the same GPU: NVIDIA's NCCL from PyTorch's wheel under the same perf
+  # tool (one rank: NCCL refuses two ranks on one GPU).
+  if [ -e "$nccl_lib/libnccl.so.2" ]; then
+    step nvidia_nccl_all_reduce_perf_1rank 20 env LD_LIBRARY_PATH="$nccl_lib:$LD_LIBRARY_PATH" \
+      "$pack/bin/all_reduce_perf" -t 1 -b 8 -e 256M -f 8 -n 5 -w 2 -c 1
   fi
-  echo
-  echo "== gpu-check summary ($(cat "$out/gpu.txt"), $gpus GPU(s)) =="
-  printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
-  grep -h -E "^(cudaMemcpy|gpuCopy|reduce|# target)" "$out/gpu_bench.log" 2> /dev/null
-  for f in "$out"/*_perf_*ranks.log; do
-    [ -f "$f" ] && echo "$(basename "$f" .log): $(grep -E 'Avg bus bandwidth' "$f" | tr -s ' ')"
-  done
-  ! printf '%s\n' "${summary[@]}" | grep -q '^FAIL'
+  # Every stream of the process on one hardware queue (Megatron's setting): ranks
+  # sharing a GPU must not wait on the device for each other.
+  step all_reduce_perf_2ranks_one_queue 30 env CUDA_DEVICE_MAX_CONNECTIONS=1 STRATA_TIMEOUT=15 \
+    bash -c "'$pack/bin/all_reduce_perf' -t 2 -b 8 -e 16M -f 8 -n 3 -w 1 -c 1 | tee /dev/stderr |
+      grep -q 'Out of bounds values : 0 OK'"
+  finish run
+}
+
+# Short, loud runs of what failed on the first real GPU: logs at NCCL_DEBUG=INFO,
+# waits cut to STRATA_TIMEOUT=8 so each says what it waited for.
+do_diag() {
+  setup || return 1
+  export STRATA_TIMEOUT=8
+  torch_step
+  step all_reduce_2ranks_info 25 env NCCL_DEBUG=INFO "$pack/bin/all_reduce_perf" -t 2 -b 8 -e 8 -n 1 -w 0 -c 1
+  step all_reduce_2ranks_staged_info 25 env NCCL_DEBUG=INFO NCCL_P2P_DISABLE=1 \
+    "$pack/bin/all_reduce_perf" -t 2 -b 8 -e 8 -n 1 -w 0 -c 1
+  step gpu_tests_capture_streams 30 env NCCL_DEBUG=WARN "$pack/bin/gpu_test" --gtest_filter='GpuCapture.*:GpuStreams.*'
+  step all_reduce_1rank 20 "$pack/bin/all_reduce_perf" -t 1 -b 8 -e 128M -f 16 -n 5 -w 2 -c 1
+  step gpu_bench 30 "$pack/bin/gpu_bench" 256 10
+  step gpu_tests_rest 90 env NCCL_DEBUG=WARN "$pack/bin/gpu_test" \
+    --gtest_filter='-GpuSimulator.*:GpuAlignment.*:*ManyGpus*:*DeviceOneShot*:Ranks/*:GpuCapture.*:GpuStreams.*'
+  finish diag
 }
 
 case "${1:-all}" in
   pack) do_pack ;;
   run) do_run ;;
+  diag) do_diag ;;
   all) do_pack && do_run ;;
-  *) echo "usage: scripts/gpu-check.sh [pack|run]"; exit 2 ;;
+  *) echo "usage: scripts/gpu-check.sh [pack|run|diag]"; exit 2 ;;
 esac
