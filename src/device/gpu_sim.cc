@@ -173,8 +173,8 @@ class SimGpus final : public GpuBackend {
     });
   }
   void copy(void* dst, const void* src, size_t bytes, void* stream) override {
-    withinAllocation(dst, bytes, "the copy kernel");
-    withinAllocation(src, bytes, "the copy kernel");
+    within(dst, bytes, "the copy kernel");
+    within(src, bytes, "the copy kernel");
     int dev = launch("the copy kernel", stream);
     reaches(dev, "the copy kernel", dst);
     reaches(dev, "the copy kernel", src);
@@ -307,8 +307,8 @@ class SimGpus final : public GpuBackend {
   // A copy engine's copy: any device's memory, from any device's stream (as CUDA).
   void copyAsync(void* dst, const void* src, size_t bytes, void* stream) override {
     use("cudaMemcpyAsync");
-    withinAllocation(dst, bytes, "cudaMemcpyAsync");
-    withinAllocation(src, bytes, "cudaMemcpyAsync");
+    within(dst, bytes, "cudaMemcpyAsync");
+    within(src, bytes, "cudaMemcpyAsync");
     on(stream, [=] { memmove(dst, src, bytes); });
   }
   void hostCallback(void* stream, void (*fn)(void*), void* arg) override {
@@ -368,14 +368,14 @@ class SimGpus final : public GpuBackend {
   void copySync(void* dst, const void* src, size_t bytes) override {
     use("cudaMemcpy");
     sim::unsafeDuringCapture("cudaMemcpy");
-    withinAllocation(dst, bytes, "cudaMemcpy");
-    withinAllocation(src, bytes, "cudaMemcpy");
+    within(dst, bytes, "cudaMemcpy");
+    within(src, bytes, "cudaMemcpy");
     memmove(dst, src, bytes);
   }
   void memsetSync(void* dst, int value, size_t bytes) override {
     use("cudaMemset");
     sim::unsafeDuringCapture("cudaMemset");
-    withinAllocation(dst, bytes, "cudaMemset");
+    within(dst, bytes, "cudaMemset");
     memset(dst, value, bytes);
   }
   void* ipcAlloc(size_t bytes, std::string* handle) override {
@@ -461,6 +461,27 @@ class SimGpus final : public GpuBackend {
                              "once (STRATA_GPU_SIM_BLOCKS)", kernel, blocks, device, config().gpuSimBlocks);
   }
   // IPC mappings: size and, for the owner, the segment's name.
+  // withinAllocation, but an IPC segment this copy of the code made or mapped (they
+  // have no header: a walk back from one would read its neighbours' pages, which
+  // other threads may be mapping) is checked against its own extent.
+  void within(const void* p, size_t bytes, const char* call) {
+    if (bytes == 0 || !inArena(p)) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = segments_.upper_bound(const_cast<void*>(p));
+      if (it != segments_.begin()) {
+        --it;
+        auto base = static_cast<const char*>(it->first), at = static_cast<const char*>(p);
+        if (at < base + it->second.first) {
+          STRATA_REQUIRE(bytes <= static_cast<size_t>(base + it->second.first - at), ncclUnhandledCudaError,
+                         "simulated GPU: %s of %zu bytes at %p runs past the end of its %zu-byte IPC segment "
+                         "(CUDA: invalid argument)", call, bytes, p, it->second.first);
+          return;
+        }
+      }
+    }
+    withinAllocation(p, bytes, call);
+  }
   void remember(void* p, size_t bytes, const std::string& name) {
     std::lock_guard<std::mutex> lock(mu_);
     segments_[p] = {bytes, name};
