@@ -5,7 +5,6 @@
 // through the device proxy, staged through host memory: on an H200, 85 us for 8
 // bytes and 2.6 GB/s at 128 MiB, where NVIDIA's NCCL copies at 1970 GB/s.
 #include "algorithms/algorithm.h"
-#include "algorithms/common/cost_model.h"
 #include "algorithms/common/kernel_task.h"
 #include "device/dtypes.h"
 #include "device/gpu.h"

@@ -46,11 +46,6 @@ __device__ T element(const Params<T>& p, const T (&x)[N]) {
   return acc;
 }
 
-// Grid-stride over 16-byte vectors when every pointer is 16-byte aligned, then the
-// tail element by element. Specialised on the input count N, so that the inputs'
-// vectors live in registers (a runtime count kept them in a local array: a stack
-// frame and local loads and stores per element); loads and stores stream (the
-// data is read once), leaving the cache to what is reused.
 // A sum of half or bf16 vectors on packed pairs (add.rn.f16x2 / bf16x2): one
 // rounding of the exact sum per step, which for two values of these types is what
 // the float path gives (float's 24 bits hold their exact sum, or round away only
@@ -73,6 +68,11 @@ __device__ uint4 packedSum(const uint4 (&raw)[N]) {
   return out;
 }
 
+// Grid-stride over 16-byte vectors when every pointer is 16-byte aligned, then the
+// tail element by element. Specialised on the input count N, so that the inputs'
+// vectors live in registers (a runtime count kept them in a local array: a stack
+// frame and local loads and stores per element); loads and stores stream (the
+// data is read once), leaving the cache to what is reused.
 template <typename T, int N>
 __global__ void reduceKernel(T* dst, Params<T> p, size_t count, bool vectors) {
   constexpr int V = 16 / sizeof(T);

@@ -30,7 +30,6 @@
 namespace strata::device {
 namespace {
 
-
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 using namespace sim;  // NOLINT: the simulation's state (gpu_sim_state.h) is this file's own
@@ -57,7 +56,6 @@ void withinAllocation(const void* p, size_t bytes, const char* call) {
     return;
   }
 }
-
 
 class SimGpus final : public GpuBackend {
  public:
@@ -460,7 +458,6 @@ class SimGpus final : public GpuBackend {
       fail(ncclInvalidUsage, "simulated GPU (STRATA_GPU_SIM_STRICT): %s launched with %d blocks where device %d runs %d at "
                              "once (STRATA_GPU_SIM_BLOCKS)", kernel, blocks, device, config().gpuSimBlocks);
   }
-  // IPC mappings: size and, for the owner, the segment's name.
   // withinAllocation, but an IPC segment this copy of the code made or mapped (they
   // have no header: a walk back from one would read its neighbours' pages, which
   // other threads may be mapping) is checked against its own extent.
@@ -482,6 +479,7 @@ class SimGpus final : public GpuBackend {
     }
     withinAllocation(p, bytes, call);
   }
+  // IPC mappings: size and, for the owner, the segment's name.
   void remember(void* p, size_t bytes, const std::string& name) {
     std::lock_guard<std::mutex> lock(mu_);
     segments_[p] = {bytes, name};
