@@ -248,7 +248,12 @@ void Bootstrap::send(int peer, MsgKind kind, uint64_t seq, const std::string& pa
     if (takeFailure(&note, 0.1))  // it gave up (and said why) before it exited
       fail(ncclRemoteError, "rank %d: could not reach rank %d (%s), after: %s", rank_, peer, e.what(),
            note.why.c_str());
-    fail(e.code(), "rank %d: could not reach rank %d at %s: %s", rank_, peer, addrs_[peer].str().c_str(), e.what());
+    // This rank is the first to know: the others (which may be waiting on this rank,
+    // not on the one it could not reach) learn why before this rank goes away.
+    std::string msg =
+        format("rank %d: could not reach rank %d at %s: %s", rank_, peer, addrs_[peer].str().c_str(), e.what());
+    tellFailure(msg, peer, 1.0);
+    throw Error(e.code(), msg);
   }
 }
 
@@ -342,14 +347,8 @@ std::vector<std::string> Bootstrap::allGather(const std::string& mine) {
     }
   }
   std::string packed = packBlobs(all);
-  for (int r = 1; r < n; ++r) {
-    try {
-      send(r, MsgKind::kScatter, seq, packed);
-    } catch (const Error& e) {  // the ranks still waiting for their answer learn why it will not come
-      tellFailure(e.what(), r, 1.0);
-      throw;
-    }
-  }
+  for (int r = 1; r < n; ++r)
+    send(r, MsgKind::kScatter, seq, packed);  // on failure, send() tells the ranks still waiting why
   return all;
 }
 
