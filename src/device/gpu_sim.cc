@@ -36,18 +36,21 @@ using namespace sim;  // NOLINT: the simulation's state (gpu_sim_state.h) is thi
 
 // CUDA refuses a copy or memset that runs past the allocation it starts in
 // (cudaErrorInvalidValue): a test's upload one byte longer than its buffer passed
-// here and failed on an H200. The allocation is found by walking back page by page
-// to the nearest header (every gpuAlloc block's first page); the walk stops at a
-// page nobody owns, and memory without a header (IPC segments) is not checked.
+// here and failed on an H200. The allocation is found by walking the page table back
+// to the nearest page marked as a block's first (its header); the walk stops at a
+// page nobody owns, and memory without a header (IPC segments) is not checked. It
+// reads no page of data: a stream may be writing those (ThreadSanitizer saw the
+// walk read a page an earlier copy into the same buffer was writing).
 void withinAllocation(const void* p, size_t bytes, const char* call) {
   if (bytes == 0 || !inArena(p)) return;
   auto a = reinterpret_cast<uintptr_t>(p);
   const uintptr_t first = kArenaBase + kOwnersOffset + kOwnersBytes;
   for (uintptr_t page = a & ~uintptr_t{4095}; page >= first; page -= 4096) {
     if (ownerOf(reinterpret_cast<const void*>(page)) < 0) return;  // unmapped: no header before p
+    if (!isBlockStart(reinterpret_cast<const void*>(page))) continue;
     BlockHeader h;
     memcpy(&h, reinterpret_cast<const void*>(page), sizeof h);
-    if (h.magic != kBlockMagic) continue;
+    if (h.magic != kBlockMagic) return;
     uintptr_t begin = page + kBlockHeader, end = begin + h.bytes;
     if (a < begin || a >= end) return;  // another block's header: p's memory has none
     STRATA_REQUIRE(bytes <= end - a, ncclUnhandledCudaError,
@@ -112,6 +115,7 @@ class SimGpus final : public GpuBackend {
     }
     BlockHeader h{bytes, fd, kBlockMagic};
     memcpy(block, &h, sizeof h);
+    markBlockStart(block);
     return block + kBlockHeader;
   }
   void free(void* p) override {

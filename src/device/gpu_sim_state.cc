@@ -234,9 +234,20 @@ bool inArena(const void* p) {
 namespace {
 uint8_t* owners() { return reinterpret_cast<uint8_t*>(kArenaBase + kOwnersOffset); }
 }  // namespace
+namespace {
+constexpr uint8_t kBlockStartBit = 0x80;  // above any device + 1 (kMaxSimGpus)
+uint8_t* ownerByte(const void* p) { return &owners()[(reinterpret_cast<uintptr_t>(p) - kArenaBase) / 4096]; }
+}  // namespace
+
 int ownerOf(const void* p) {
   if (!inArena(p)) return -1;
-  return __atomic_load_n(&owners()[(reinterpret_cast<uintptr_t>(p) - kArenaBase) / 4096], __ATOMIC_RELAXED) - 1;
+  return (__atomic_load_n(ownerByte(p), __ATOMIC_RELAXED) & ~kBlockStartBit) - 1;
+}
+
+void markBlockStart(const void* page) { __atomic_fetch_or(ownerByte(page), kBlockStartBit, __ATOMIC_RELEASE); }
+
+bool isBlockStart(const void* page) {
+  return inArena(page) && (__atomic_load_n(ownerByte(page), __ATOMIC_ACQUIRE) & kBlockStartBit) != 0;
 }
 
 char* arenaTake(size_t bytes, int fd, int device) {

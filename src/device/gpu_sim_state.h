@@ -188,6 +188,11 @@ void forbidInCallback(const char* call);
 bool inArena(const void* p);
 // The device whose memory holds `p`; -1 when none does.
 int ownerOf(const void* p);
+// The first page of a gpuAlloc block (its header) is marked in the page table, after
+// the header is written, so that finding a pointer's block reads the table and that
+// header, never a page of data a stream may be writing.
+void markBlockStart(const void* page);
+bool isBlockStart(const void* page);
 // Takes `bytes` (page-rounded) of the arena for `device` (-1: no device's memory);
 // `fd` >= 0 maps that segment there.
 char* arenaTake(size_t bytes, int fd, int device);
