@@ -161,9 +161,28 @@ std::unique_ptr<CommPlan> Communicator::takePlan(void* deviceStream) {
 
 void Communicator::returnPlan(std::unique_ptr<CommPlan> plan) { delete sparePlan_.exchange(plan.release()); }
 
+void Communicator::markStreamWork(void* stream) {
+  device::OnDevice on(peer(rank()).device);
+  if (!streamWork_) streamWork_ = device::eventCreate();
+  device::eventRecord(streamWork_, stream);
+  streamWorkMarked_.store(true, std::memory_order_release);
+}
+
+void Communicator::waitStreamWork() {
+  if (!streamWorkMarked_.exchange(false, std::memory_order_acq_rel)) return;
+  device::eventSynchronize(streamWork_);
+}
+
 Communicator::~Communicator() {
   delete sparePlan_.exchange(nullptr);
   releaseDevice(0);
+  if (streamWork_) {
+    try {
+      device::eventDestroy(streamWork_);
+    } catch (const Error& e) {
+      STRATA_WARN(rank(), "destroying the stream-work event: %s", e.what());
+    }
+  }
   pool_.reset();  // aborts every link: peers still waiting for this rank fail fast
   if (bootstrap_) PostOffice::instance().discard(bootstrap_->magic(), rank());
 }

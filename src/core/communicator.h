@@ -66,6 +66,7 @@ class Communicator {
   const std::vector<PeerInfo>& peers() const { return peers_; }
   Bootstrap& bootstrap() { return *bootstrap_; }
   Doorbell& bell() { return *bell_; }
+  std::shared_ptr<Doorbell> sharedBell() const { return bell_; }
 
   // The parts.
   const algorithms::RankLayout& layout() const { return layout_; }
@@ -117,6 +118,12 @@ class Communicator {
   void releaseDevice(double waitSec);
   // Waits for the device operations enqueued so far (none without a proxy).
   void drainDevice(double waitSec = -1);
+  // Work the calling thread enqueued on `stream` itself (stream-ordered algorithms:
+  // DeviceOneShot, DeviceP2p, DeviceSelf, DeviceShared) is marked after each call,
+  // so that a later host-buffer operation waits for it (waitStreamWork), as it
+  // waits for the proxy's jobs.
+  void markStreamWork(void* stream);
+  void waitStreamWork();
 
   // Error state, as ncclCommGetAsyncError reports it.
   // A device-driven kernel's failure (deviceWords) counts too.
@@ -178,6 +185,8 @@ class Communicator {
   std::unique_ptr<DeviceProxy> deviceProxy_;  // made at the first device operation
   std::mutex proxyMutex_;
   std::atomic<bool> hasDeviceProxy_{false};  // set once deviceProxy_ was made
+  void* streamWork_ = nullptr;               // an event on this rank's GPU (markStreamWork)
+  std::atomic<bool> streamWorkMarked_{false};
   std::atomic<CommPlan*> sparePlan_{nullptr};
   std::atomic<ncclResult_t> asyncError_{ncclSuccess};
   std::atomic<bool> abortRequested_{false};

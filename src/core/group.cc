@@ -111,12 +111,20 @@ void runOps(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
     checkGroup(ops);
     checkStreams(ops);
     if (!streamOrdered(ops)) return DeviceProxy::enqueue(ops);
-    void* stream = ops.front().second.stream;
-    Executor ex(stream ? stream : device::kLegacyStream, true);  // the executor's null stream means none
+    void* stream = ops.front().second.stream ? ops.front().second.stream : device::kLegacyStream;
+    Executor ex(stream, true);  // the executor's null stream means none
     for (auto& [h, op] : ops) ex.add(readyComm(h, op.fn), op);
-    return ex.run();
+    ex.run();
+    // A capture's work is the graph's, run at its replays: nothing to wait for here.
+    if (stream != device::kLegacyStream && device::streamCapturing(stream)) return;
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (i == 0 || ops[i].first != ops[i - 1].first) readyComm(ops[i].first, ops[i].second.fn).markStreamWork(stream);
+    return;
   }
-  for (auto& [h, op] : ops) readyComm(h, op.fn).drainDevice();
+  for (auto& [h, op] : ops) {
+    readyComm(h, op.fn).drainDevice();
+    readyComm(h, op.fn).waitStreamWork();
+  }
   runHostOps(ops);
 }
 

@@ -60,6 +60,7 @@ class NoGpus final : public GpuBackend {
   void eventDestroy(void*) override { refuse("events"); }
   void eventRecord(void*, void*) override { refuse("events"); }
   void streamWaitEvent(void*, void*) override { refuse("events"); }
+  void eventSynchronize(void*) override { refuse("events"); }
   void graphBegin(void*) override { refuse("CUDA graphs"); }
   void* graphEnd(void*, std::string*) override { refuse("CUDA graphs"); }
   void graphLaunch(void*, void*) override { refuse("CUDA graphs"); }
@@ -199,6 +200,10 @@ void* eventCreate() { return backend().eventCreate(); }
 void eventDestroy(void* event) { backend().eventDestroy(event); }
 void eventRecord(void* event, void* stream) { backend().eventRecord(event, stream); }
 void streamWaitEvent(void* stream, void* event) { backend().streamWaitEvent(stream, event); }
+void eventSynchronize(void* event) {
+  RelaxedCapture relaxed;
+  backend().eventSynchronize(event);
+}
 void graphBegin(void* stream) { backend().graphBegin(stream); }
 void* graphEnd(void* stream, std::string* why) { return backend().graphEnd(stream, why); }
 void graphLaunch(void* graph, void* stream) { backend().graphLaunch(graph, stream); }

@@ -68,6 +68,8 @@ void* eventCreate();
 void eventDestroy(void* event);
 void eventRecord(void* event, void* stream);
 void streamWaitEvent(void* stream, void* event);
+// Waits on the host until the event's last mark is reached.
+void eventSynchronize(void* event);
 // CUDA graphs, for tools and tests: graphBegin captures `stream` in global mode;
 // graphEnd ends the capture and returns the instantiated graph, or null with *why
 // when the capture failed (an unsafe call during it, ...); graphLaunch replays it.

@@ -76,6 +76,7 @@ class GpuBackend {
   virtual void eventDestroy(void* event) = 0;
   virtual void eventRecord(void* event, void* stream) = 0;
   virtual void streamWaitEvent(void* stream, void* event) = 0;
+  virtual void eventSynchronize(void* event) = 0;
   virtual void graphBegin(void* stream) = 0;
   virtual void* graphEnd(void* stream, std::string* why) = 0;
   virtual void graphLaunch(void* graph, void* stream) = 0;

@@ -96,6 +96,9 @@ class CudaGpus final : public GpuBackend {
   void streamWaitEvent(void* stream, void* event) override {
     checkCuda(cudaStreamWaitEvent(asStream(stream), static_cast<cudaEvent_t>(event), 0), "cudaStreamWaitEvent");
   }
+  void eventSynchronize(void* event) override {
+    checkCuda(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "cudaEventSynchronize");
+  }
   void graphBegin(void* stream) override {
     checkCuda(cudaStreamBeginCapture(asStream(stream), cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
   }

@@ -254,6 +254,12 @@ class SimGpus final : public GpuBackend {
       while (e->reached.load() < mark) sched_yield();
     });
   }
+  void eventSynchronize(void* event) override {
+    use("cudaEventSynchronize");
+    auto* e = static_cast<Event*>(event);
+    uint64_t mark = e->recorded.load();
+    while (e->reached.load() < mark) sched_yield();
+  }
   void kernelColl(const KernelColl& k, void* stream) override {
     const char* name = "the device-driven collective kernel";
     int dev = launch(name, stream);
