@@ -21,6 +21,10 @@
 #include "nccl.h"
 #include "transports/transport.h"
 
+namespace strata {
+class Doorbell;
+}
+
 namespace strata::algorithms {
 
 // One operation as an algorithm runs it: host buffers, counts per NCCL's
@@ -115,6 +119,11 @@ class PlanContext {
   virtual uint32_t* deviceWords() = 0;
   // This rank's CUDA device (-1: it drives none).
   virtual int device() const = 0;
+  // The communicator's identity, the same on every rank (its bootstrap magic).
+  virtual uint64_t commId() const = 0;
+  // The doorbell this rank's thread sleeps on while it waits for progress: a task
+  // that hands work to a rank of its own process outside the transports rings it.
+  virtual std::shared_ptr<Doorbell> doorbell() = 0;
   // Blocks of device-driven kernels (256 threads) every rank's GPU runs at once, the
   // fewest any rank's GPU holds: the grids of kernels that wait for each other must
   // fit in it (0: some rank has no GPU, or no kernel image for it).

@@ -31,6 +31,8 @@ class CommPlan final : public algorithms::PlanContext, public algorithms::Links 
   void* deviceStream() override;
   uint32_t* deviceWords() override { return comm_.deviceWords(); }
   int device() const override { return comm_.peer(comm_.rank()).device; }
+  uint64_t commId() const override { return comm_.magic(); }
+  std::shared_ptr<Doorbell> doorbell() override { return comm_.sharedBell(); }
   int kernelBlocks() const override { return comm_.kernelBlocks(); }
   using PlanContext::linkCapabilities;
   size_t putBytes() const override;

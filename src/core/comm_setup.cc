@@ -295,6 +295,10 @@ void Communicator::planNodes() {
     for (const PeerInfo& q : peers_)
       if (&p != &q && (p.device < 0 || (p.sameHost(q) && (p.busId[0] ? strcmp(p.busId, q.busId) == 0 : p.device == q.device))))
         b.ownGpus = false;
+  // Threads of one process on one GPU: one rank's stream can run the others' work (DeviceShared).
+  b.oneGpuThreads = !staged && !config().p2pDisable && nranks() > 1;  // P2P off: everything through the host
+  for (const PeerInfo& p : peers_)
+    if (p.device < 0 || p.device != peers_[0].device || !p.sameProcess(peers_[0])) b.oneGpuThreads = false;
   kernelBlocks_ = peers_[0].kernelBlocks;  // what every rank's GPU holds: the fewest
   for (const PeerInfo& p : peers_) kernelBlocks_ = std::min(kernelBlocks_, p.kernelBlocks);
   b.sharedMemory = b.nodes == 1 && !staged;
@@ -353,10 +357,13 @@ void Communicator::warmUp() {
   tuneBasis_.unavailable = unavailable;
   for (size_t i = 0; i < all.size(); ++i) {
     if (!all[i]->deviceMemory() || peers_[rank()].device < 0) continue;
+    // One that can never be this communicator's choice (its shape does not fit) says nothing.
+    if (!all[i]->applies(tuneRequest(Collective::kAllReduce, 1 << 20, true, all[i]->streamOrdered()))) continue;
     if (!(unavailable >> i & 1))
       STRATA_INFO(kSubsysInit, rank(), "%s: device buffers go GPU to GPU (%s)", all[i]->name(),
-                  nranks() > 1 ? pool_->transportTo(layout_.ringNext(), transport::kDeviceMemory)
-                               : "one rank: copies on its own GPU");
+                  nranks() == 1                ? "one rank: copies on its own GPU"
+                  : tuneBasis_.oneGpuThreads ? "every rank on this GPU: rank 0's stream runs each operation"
+                                             : pool_->transportTo(layout_.ringNext(), transport::kDeviceMemory));
     else
       STRATA_INFO(kSubsysInit, rank(), "%s: not used; device buffers are staged through host memory (one rank, "
                   "several nodes, or no device-memory transport for every pair: NCCL_P2P_DISABLE, NCCL_P2P_LEVEL, "

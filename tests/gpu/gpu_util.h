@@ -86,7 +86,12 @@ struct DeviceBuffer {
   explicit DeviceBuffer(size_t b) : bytes(b) {
     if (ncclMemAlloc(&p, b) != ncclSuccess) throw std::runtime_error(std::string("ncclMemAlloc: ") + ncclGetLastError(nullptr));
   }
-  ~DeviceBuffer() { ncclMemFree(p); }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : p(o.p), bytes(o.bytes) { o.p = nullptr; }
+  DeviceBuffer(const DeviceBuffer&) = delete;  // it owns its memory: a copy would free it twice
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (p) ncclMemFree(p);
+  }
   char* at(size_t offset) const { return static_cast<char*>(p) + offset; }
 };
 

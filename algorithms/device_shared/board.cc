@@ -1,0 +1,84 @@
+#include "algorithms/device_shared/board.h"
+
+#include <map>
+
+#include "base/doorbell.h"
+
+namespace strata::algorithms::device_shared {
+
+std::shared_ptr<Board> Board::join(uint64_t id, int nranks, int rank, std::shared_ptr<Doorbell> bell) {
+  static std::mutex mu;
+  static std::map<uint64_t, std::weak_ptr<Board>> boards;  // by communicator, while a rank holds it
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto it = boards.begin(); it != boards.end();) it = it->second.expired() ? boards.erase(it) : std::next(it);
+  std::shared_ptr<Board> b = boards[id].lock();
+  if (!b) {
+    b = std::make_shared<Board>(nranks);
+    boards[id] = b;
+  }
+  std::lock_guard<std::mutex> own(b->mu_);
+  b->bells_.at(rank) = std::move(bell);
+  return b;
+}
+
+void Board::leave(int rank) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    gone_.at(rank) = true;
+    bells_.at(rank).reset();
+  }
+  for (int r = 0; r < static_cast<int>(posts_.size()); ++r) ring(r);
+}
+
+bool Board::gone(int rank) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rank >= 0 && rank < static_cast<int>(gone_.size()) && gone_[rank];
+}
+
+void Board::post(int rank, const SharedPost& p) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    posts_.at(rank) = p;
+  }
+  ring(0);
+}
+
+bool Board::collect(uint64_t seq, std::vector<SharedPost>* out, int* missing) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int r = 0; r < static_cast<int>(posts_.size()); ++r)
+    if (posts_[r].seq != seq) {
+      *missing = r;
+      return false;
+    }
+  *out = posts_;
+  return true;
+}
+
+void Board::publish(uint64_t seq, void* done, const std::string& error) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    published_ = seq;
+    done_ = done;
+    error_ = error;
+  }
+  for (int r = 1; r < static_cast<int>(posts_.size()); ++r) ring(r);
+}
+
+bool Board::finished(uint64_t seq, void** done, std::string* error) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (published_ != seq) return false;
+  *done = done_;
+  *error = error_;
+  return true;
+}
+
+void Board::ring(int rank) const {
+  std::shared_ptr<Doorbell> bell;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    bell = bells_[rank];
+  }
+  if (bell) bell->ring();
+}
+
+}  // namespace strata::algorithms::device_shared

@@ -1,0 +1,73 @@
+// Where the ranks of one communicator that are threads of one process on one GPU
+// meet, operation by operation: each posts its buffers and an event marking its
+// stream's work up to the call; rank 0 enqueues the whole operation on its own
+// stream after those events and publishes an event marking its end, which the
+// others' streams then wait for. A stream only ever waits for work already
+// enqueued, so no stream holds a hardware queue while it waits for a host.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "algorithms/collective.h"
+#include "device/cpu_reduce.h"
+#include "nccl.h"
+
+namespace strata {
+class Doorbell;
+}
+
+namespace strata::algorithms::device_shared {
+
+// One rank's part of one operation.
+struct SharedPost {
+  uint64_t seq = 0;  // the communicator's operations, counted from 1 on every rank
+  Collective coll = Collective::kAllReduce;
+  size_t count = 0;
+  ncclDataType_t type = ncclFloat32;
+  int root = 0;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  device::ReduceOp op;
+  void* ready = nullptr;  // an event: the poster's stream up to its call
+  std::string refused;    // why this rank cannot take part (its stream is being captured)
+};
+
+class Board {
+ public:
+  // The board of communicator `id` in this process, made by its first rank; `bell`
+  // wakes `rank`'s thread when the board has news for it.
+  static std::shared_ptr<Board> join(uint64_t id, int nranks, int rank, std::shared_ptr<Doorbell> bell);
+  explicit Board(int nranks) : posts_(nranks), gone_(nranks, false), bells_(nranks) {}
+
+  // `rank` left (its communicator was destroyed or aborted): whoever waits for it stops.
+  void leave(int rank);
+  bool gone(int rank) const;
+  // Posts `rank`'s part of operation p.seq and wakes rank 0.
+  void post(int rank, const SharedPost& p);
+  // Rank 0: true when every rank posted operation `seq` (then `out` holds the posts
+  // by rank); else `missing` is the first rank that has not.
+  bool collect(uint64_t seq, std::vector<SharedPost>* out, int* missing) const;
+  // Rank 0: operation `seq` is enqueued and `done` marks its end on rank 0's stream,
+  // or it failed with `error`; wakes every rank.
+  void publish(uint64_t seq, void* done, const std::string& error);
+  // The others: true once operation `seq` was published (its event, or its error).
+  bool finished(uint64_t seq, void** done, std::string* error) const;
+
+ private:
+  void ring(int rank) const;
+
+  mutable std::mutex mu_;
+  std::vector<SharedPost> posts_;
+  std::vector<bool> gone_;
+  std::vector<std::shared_ptr<Doorbell>> bells_;
+  uint64_t published_ = 0;
+  void* done_ = nullptr;
+  std::string error_;
+};
+
+}  // namespace strata::algorithms::device_shared

@@ -1,0 +1,37 @@
+// What rank 0 enqueues for a whole operation of ranks sharing its GPU.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "algorithms/device_shared/board.h"
+
+namespace strata::algorithms::device_shared {
+
+// Device memory for the pre-multiplied inputs of ncclRedOpCreatePreMulSum, grown
+// on demand, on the communicator's GPU.
+class Scratch {
+ public:
+  Scratch() = default;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch();
+  char* get(size_t bytes);
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Throws ncclInvalidUsage naming the first rank whose call differs from rank 0's
+// (collective, count, type or root): each rank's buffers are sized by its own call.
+void checkAlike(const std::vector<SharedPost>& posts, const char* fn);
+
+// Enqueues the operation of `posts` (every rank's part, by rank; at most 8 ranks)
+// on `stream`: the reductions with every input in rank order (the same bits as
+// the host path), then the copies to every rank's output. The caller orders the
+// stream after each rank's ready event. `scratch` takes pre-multiplied inputs,
+// `temp` a reduction whose output is one of its later inputs.
+void enqueueShared(const std::vector<SharedPost>& posts, void* stream, Scratch& scratch, Scratch& temp);
+
+}  // namespace strata::algorithms::device_shared

@@ -1,0 +1,193 @@
+// Ranks that are threads of one process on one GPU (DeviceShared): rank 0's stream
+// runs each whole operation after the others' streams reach their calls, and theirs
+// wait for it. The exact-results matrix (every collective, type and op, in place or
+// not) is OneGpu/GpuCollectives in gpu_test.cc; here what is particular to it:
+// one thread driving every rank, streams that change between calls, host-buffer
+// operations that wait for earlier device work, no stream ever waiting for a host (one hardware queue: the simulated GPU aborts on such a wait),
+// calls that differ, graph capture, and a rank that leaves while another waits.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "device/gpu.h"
+#include "gpu/gpu_util.h"
+#include "harness/ranks.h"
+#include "nccl.h"
+
+namespace strata::test {
+namespace {
+
+std::vector<float> downloadFloats(const void* p, size_t count) {
+  std::vector<float> v(count);
+  device::copySync(v.data(), p, count * sizeof(float));
+  return v;
+}
+
+std::string expectAll(const std::vector<float>& got, float want, const std::string& what) {
+  for (size_t i = 0; i < got.size(); ++i)
+    if (got[i] != want)
+      return what + ": element " + std::to_string(i) + " is " + std::to_string(got[i]) + ", expected " +
+             std::to_string(want);
+  return "";
+}
+
+void fill(void* p, size_t count, float value) {
+  std::vector<float> v(count, value);
+  device::copySync(p, v.data(), count * sizeof(float));
+}
+
+// `n` ranks as threads, every one on GPU 0 with a stream and a communicator, each
+// running `body(rank, comm, stream)`, which ends its communicator (destroy or abort).
+template <typename F>
+std::string onGpu0(int n, F body, double timeoutSec = 120) {
+  return failures(runRanks(Mode::kThreads, n, [&](int rank, int nranks, const ncclUniqueId& id) -> std::string {
+    device::setCurrentDevice(0);
+    void* s = device::streamCreate();
+    ncclComm_t comm = nullptr;
+    std::string err = ncclCommInitRank(&comm, nranks, id, rank) == ncclSuccess
+                          ? body(rank, comm, static_cast<cudaStream_t>(s))
+                          : "init failed: " + std::string(ncclGetLastError(nullptr));
+    device::streamDestroy(s);
+    return err.empty() ? "" : "rank " + std::to_string(rank) + ": " + err;
+  }, timeoutSec));
+}
+
+// ncclCommInitAll on GPU 0 three times, one thread, one stream for every rank: the
+// group's operations meet inside one call.
+TEST(SharedGpu, OneThreadDrivesEveryRankOnOneStream) {
+  REQUIRE_GPU();
+  const int n = 3;
+  const size_t count = 4099;
+  device::setCurrentDevice(0);
+  std::vector<ncclComm_t> comms(n);
+  int devs[n] = {0, 0, 0};
+  ASSERT_EQ(ncclCommInitAll(comms.data(), n, devs), ncclSuccess) << ncclGetLastError(nullptr);
+  auto stream = static_cast<cudaStream_t>(device::streamCreate());
+  std::vector<DeviceBuffer> in, out;
+  for (int r = 0; r < n; ++r) {
+    in.emplace_back(count * sizeof(float));
+    out.emplace_back(count * n * sizeof(float));
+    std::vector<float> v(count, static_cast<float>(r + 1));
+    device::copySync(in[r].p, v.data(), count * sizeof(float));
+  }
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n; ++r) ncclAllReduce(in[r].p, out[r].p, count, ncclFloat32, ncclSum, comms[r], stream);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  device::streamSynchronize(stream);
+  for (int r = 0; r < n; ++r) EXPECT_EQ(expectAll(downloadFloats(out[r].p, count), 6.0f, "all-reduce rank " + std::to_string(r)), "");
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n; ++r) ncclAllGather(in[r].p, out[r].p, count, ncclFloat32, comms[r], stream);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
+  device::streamSynchronize(stream);
+  for (int r = 0; r < n; ++r) {
+    std::vector<float> got = downloadFloats(out[r].p, count * n);
+    for (int q = 0; q < n; ++q)
+      EXPECT_EQ(expectAll(std::vector<float>(got.begin() + q * count, got.begin() + (q + 1) * count), q + 1.0f,
+                          "all-gather rank " + std::to_string(r) + " block " + std::to_string(q)), "");
+  }
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+  device::streamDestroy(stream);
+}
+
+// Chained in-place all-reduces, each rank alternating between two streams and never
+// synchronising until the end: every result must be ordered after the last one.
+TEST(SharedGpu, ChainedCallsOnStreamsThatChangeStayInOrder) {
+  REQUIRE_GPU();
+  EXPECT_EQ(onGpu0(2, [](int rank, ncclComm_t comm, cudaStream_t own) -> std::string {
+    void* other = device::streamCreate();
+    cudaStream_t s[2] = {own, static_cast<cudaStream_t>(other)};
+    const size_t count = 1 << 22;  // kernels long enough to overlap the next call's if nothing orders them
+    DeviceBuffer d(count * sizeof(float));
+    fill(d.p, count, 1.0f);
+    for (int i = 0; i < 12; ++i)  // 1 -> 2^12 (exact in float)
+      RANK_NCCL(ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, comm, s[(i + rank) % 2]));
+    for (cudaStream_t x : s) device::streamSynchronize(x);
+    device::streamDestroy(other);
+    ncclCommDestroy(comm);
+    return expectAll(downloadFloats(d.p, count), 4096.0f, "after 12 all-reduces");
+  }), "");
+}
+
+// A host-buffer operation after device collectives waits for them (as it waits for
+// the proxy's jobs): the device results are there when it returns, with no stream
+// synchronised by the caller.
+TEST(SharedGpu, AHostOperationWaitsForEarlierDeviceWork) {
+  REQUIRE_GPU();
+  EXPECT_EQ(onGpu0(2, [](int rank, ncclComm_t comm, cudaStream_t s) -> std::string {
+    const size_t count = 1 << 22;
+    DeviceBuffer d(count * sizeof(float));
+    fill(d.p, count, 1.0f);
+    for (int i = 0; i < 16; ++i)  // 1 -> 2^16, queued faster than the stream runs them
+      RANK_NCCL(ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, comm, s));
+    int word[2] = {rank, 0};
+    RANK_NCCL(ncclAllReduce(&word[0], &word[1], 1, ncclInt32, ncclSum, comm, nullptr));
+    std::vector<float> got = downloadFloats(d.p, count);  // no stream synchronised
+    device::streamSynchronize(s);
+    ncclCommDestroy(comm);
+    return word[1] == 1 ? expectAll(got, 65536.0f, "after the host all-reduce") : "host all-reduce wrong";
+  }), "");
+}
+
+// Rank 1 calls with twice rank 0's count: both calls fail, naming rank 1.
+TEST(SharedGpu, CallsThatDifferFailNamingTheRank) {
+  REQUIRE_GPU();
+  EXPECT_EQ(onGpu0(2, [](int rank, ncclComm_t comm, cudaStream_t s) -> std::string {
+    DeviceBuffer d(2048 * sizeof(float));
+    ncclResult_t r = ncclAllReduce(d.p, d.p, rank == 0 ? 1024 : 2048, ncclFloat32, ncclSum, comm, s);
+    std::string why = ncclGetLastError(comm);
+    ncclCommAbort(comm);
+    if (r != ncclInvalidUsage) return "returned " + std::to_string(r) + ": " + why;
+    return why.find("rank 1 called") != std::string::npos ? "" : "unclear error: " + why;
+  }, 60), "");
+}
+
+// A stream under capture: refused with a clear error on every rank, none left waiting.
+TEST(SharedGpu, CaptureIsRefusedOnEveryRank) {
+  REQUIRE_GPU();
+  EXPECT_EQ(onGpu0(2, [](int, ncclComm_t comm, cudaStream_t s) -> std::string {
+    DeviceBuffer d(1024 * sizeof(float));
+    std::string err;
+    void* g = captureGroup(s, comm, [&] {
+      return ncclAllReduce(d.p, d.p, 1024, ncclFloat32, ncclSum, comm, s) == ncclSuccess;
+    }, &err);
+    ncclCommAbort(comm);
+    if (g) {
+      device::graphDestroy(g);
+      return "the capture was not refused";
+    }
+    return err.find("CUDA graph") != std::string::npos ? "" : "unclear error: " + err;
+  }, 60), "");
+}
+
+// Rank 1 waits in an all-reduce that rank 0 never calls; rank 0 aborts its
+// communicator instead: rank 1's call ends with an error naming rank 0, well
+// before STRATA_TIMEOUT.
+TEST(SharedGpu, ARankThatLeavesReleasesTheOthers) {
+  REQUIRE_GPU();
+  std::atomic<bool> waiting{false};
+  EXPECT_EQ(onGpu0(2, [&](int rank, ncclComm_t comm, cudaStream_t s) -> std::string {
+    DeviceBuffer d(1024 * sizeof(float));
+    if (rank == 0) {
+      while (!waiting) usleep(1000);
+      usleep(200000);
+      ncclCommAbort(comm);
+      return "";
+    }
+    waiting = true;
+    auto t0 = std::chrono::steady_clock::now();
+    ncclResult_t r = ncclAllReduce(d.p, d.p, 1024, ncclFloat32, ncclSum, comm, s);
+    double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::string why = ncclGetLastError(comm);
+    ncclCommAbort(comm);
+    if (r == ncclSuccess) return "the all-reduce succeeded without rank 0";
+    if (sec > 10) return "released after " + std::to_string(sec) + " s";
+    return why.find("rank 0") != std::string::npos ? "" : "unclear error: " + why;
+  }, 60), "");
+}
+
+}  // namespace
+}  // namespace strata::test
