@@ -226,10 +226,16 @@ class SimGpus final : public GpuBackend {
   void graphDestroy(void* graph) override { delete static_cast<Graph*>(graph); }
   void* mappedPointer(void* pinned) override { return pinned; }
   // An event: marks recorded (at enqueue) and reached (by the stream); a wait holds
-  // its stream until the mark recorded last when it was enqueued is reached.
-  struct Event {
+  // its stream until the mark recorded last when it was enqueued is reached. The
+  // marks are shared with the stream work that uses them: CUDA lets an event be
+  // destroyed while a stream still has to record it or wait for it.
+  struct Marks {
     std::atomic<uint64_t> recorded{0}, reached{0};
   };
+  struct Event {
+    std::shared_ptr<Marks> marks = std::make_shared<Marks>();
+  };
+  static std::shared_ptr<Marks> marksOf(void* event) { return static_cast<Event*>(event)->marks; }
   void* eventCreate() override {
     use("cudaEventCreate");
     return new Event;
@@ -237,28 +243,28 @@ class SimGpus final : public GpuBackend {
   void eventDestroy(void* event) override { delete static_cast<Event*>(event); }
   void eventRecord(void* event, void* stream) override {
     use("cudaEventRecord");
-    auto* e = static_cast<Event*>(event);
-    uint64_t mark = e->recorded.fetch_add(1) + 1;
-    on(stream, [e, mark] {
-      uint64_t seen = e->reached.load();
-      while (seen < mark && !e->reached.compare_exchange_weak(seen, mark)) {
+    std::shared_ptr<Marks> m = marksOf(event);
+    uint64_t mark = m->recorded.fetch_add(1) + 1;
+    on(stream, [m, mark] {
+      uint64_t seen = m->reached.load();
+      while (seen < mark && !m->reached.compare_exchange_weak(seen, mark)) {
       }
     });
   }
   void streamWaitEvent(void* stream, void* event) override {
     use("cudaStreamWaitEvent");
-    auto* e = static_cast<Event*>(event);
-    uint64_t mark = e->recorded.load();
+    std::shared_ptr<Marks> m = marksOf(event);
+    uint64_t mark = m->recorded.load();
     if (mark == 0) return;
-    on(stream, [e, mark] {
-      while (e->reached.load() < mark) sched_yield();
+    on(stream, [m, mark] {
+      while (m->reached.load() < mark) sched_yield();
     });
   }
   void eventSynchronize(void* event) override {
     use("cudaEventSynchronize");
-    auto* e = static_cast<Event*>(event);
-    uint64_t mark = e->recorded.load();
-    while (e->reached.load() < mark) sched_yield();
+    std::shared_ptr<Marks> m = marksOf(event);
+    uint64_t mark = m->recorded.load();
+    while (m->reached.load() < mark) sched_yield();
   }
   void kernelColl(const KernelColl& k, void* stream) override {
     const char* name = "the device-driven collective kernel";

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -131,6 +132,34 @@ TEST(GpuSimulator, StreamsSharingOneHardwareQueueDeadlockAsOnAGpu) {
   ASSERT_GE(status, 0);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT) << "status " << status << ": " << out;
   EXPECT_NE(out.find("CUDA_DEVICE_MAX_CONNECTIONS=1"), std::string::npos) << out;
+}
+
+// CUDA lets an event be destroyed while streams still have to reach its record or
+// its wait: the order it set up holds (the simulation once freed it at once, and
+// the stream work then read freed memory).
+TEST(GpuSimulator, AnEventDestroyedBeforeItsStreamsReachItStillOrdersThem) {
+  if (!simulated()) GTEST_SKIP() << "a property of the simulated GPUs";
+  device::setCurrentDevice(0);
+  void* a = device::streamCreate();
+  void* b = device::streamCreate();
+  const size_t bytes = 64 << 20;
+  DeviceBuffer src(bytes), dst(bytes), tail(4);
+  device::memsetSync(src.p, 0x11, bytes);
+  device::memsetSync(dst.p, 0, bytes);
+  device::memsetSync(tail.p, 0, 4);
+  void* e = device::eventCreate();
+  device::gpuCopy(dst.p, src.p, bytes, a);  // long enough that b gets to its wait first
+  device::eventRecord(e, a);
+  device::streamWaitEvent(b, e);
+  device::eventDestroy(e);
+  device::gpuCopy(tail.p, dst.at(bytes - 4), 4, b);  // ordered after a's copy
+  device::streamSynchronize(b);
+  device::streamSynchronize(a);
+  uint32_t got = 0;
+  device::copySync(&got, tail.p, 4);
+  EXPECT_EQ(got, 0x11111111u);
+  device::streamDestroy(a);
+  device::streamDestroy(b);
 }
 
 }  // namespace
