@@ -64,6 +64,13 @@ bool waitForCalls(ncclComm* h, const char* fn) {
 // STRATA_TIMEOUT to finish, or, when aborting, a second.
 void finish(ncclComm* h, bool aborting) {
   joinInit(h);
+  if (h->impl && !aborting) {
+    try {
+      h->impl->waitStreamWork();  // the work its calls enqueued on their streams
+    } catch (const Error& e) {
+      STRATA_WARN(h->rank, "ncclCommDestroy: waiting for the communicator's stream work: %s", e.what());
+    }
+  }
   if (h->impl) h->impl->releaseDevice(aborting ? 1.0 : config().timeoutSec);
   h->impl.reset();
   std::lock_guard<std::mutex> lock(gMutex);
@@ -194,6 +201,7 @@ void finalizeHandle(ncclComm* h) {
   }
   lock.unlock();
   comm.drainDevice();
+  comm.waitStreamWork();
 }
 
 }  // namespace strata::core

@@ -162,15 +162,26 @@ std::unique_ptr<CommPlan> Communicator::takePlan(void* deviceStream) {
 void Communicator::returnPlan(std::unique_ptr<CommPlan> plan) { delete sparePlan_.exchange(plan.release()); }
 
 void Communicator::markStreamWork(void* stream) {
+  std::lock_guard<std::mutex> lock(streamWorkMutex_);
   device::OnDevice on(peer(rank()).device);
   if (!streamWork_) streamWork_ = device::eventCreate();
+  // One event stands for all of it: work on another stream than the last marked one
+  // is ordered after that (as NCCL orders a communicator's work across streams).
+  if (streamWorkMarked_ && lastWorkStream_ != stream) device::streamWaitEvent(stream, streamWork_);
   device::eventRecord(streamWork_, stream);
-  streamWorkMarked_.store(true, std::memory_order_release);
+  lastWorkStream_ = stream;
+  streamWorkMarked_ = true;
 }
 
 void Communicator::waitStreamWork() {
-  if (!streamWorkMarked_.exchange(false, std::memory_order_acq_rel)) return;
-  device::eventSynchronize(streamWork_);
+  void* event = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(streamWorkMutex_);
+    if (!streamWorkMarked_) return;
+    streamWorkMarked_ = false;
+    event = streamWork_;
+  }
+  device::eventSynchronize(event);
 }
 
 Communicator::~Communicator() {

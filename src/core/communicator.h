@@ -120,8 +120,8 @@ class Communicator {
   void drainDevice(double waitSec = -1);
   // Work the calling thread enqueued on `stream` itself (stream-ordered algorithms:
   // DeviceOneShot, DeviceP2p, DeviceSelf, DeviceShared) is marked after each call,
-  // so that a later host-buffer operation waits for it (waitStreamWork), as it
-  // waits for the proxy's jobs.
+  // so that a later host-buffer operation, ncclCommFinalize and ncclCommDestroy wait
+  // for it (waitStreamWork), as they wait for the proxy's jobs.
   void markStreamWork(void* stream);
   void waitStreamWork();
 
@@ -185,8 +185,10 @@ class Communicator {
   std::unique_ptr<DeviceProxy> deviceProxy_;  // made at the first device operation
   std::mutex proxyMutex_;
   std::atomic<bool> hasDeviceProxy_{false};  // set once deviceProxy_ was made
-  void* streamWork_ = nullptr;               // an event on this rank's GPU (markStreamWork)
-  std::atomic<bool> streamWorkMarked_{false};
+  std::mutex streamWorkMutex_;  // the three below (markStreamWork)
+  void* streamWork_ = nullptr;  // an event on this rank's GPU
+  void* lastWorkStream_ = nullptr;
+  bool streamWorkMarked_ = false;
   std::atomic<CommPlan*> sparePlan_{nullptr};
   std::atomic<ncclResult_t> asyncError_{ncclSuccess};
   std::atomic<bool> abortRequested_{false};
