@@ -3,6 +3,9 @@
 #include <map>
 
 #include "base/doorbell.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "device/gpu.h"
 
 namespace strata::algorithms::device_shared {
 
@@ -21,11 +24,34 @@ std::shared_ptr<Board> Board::join(uint64_t id, int nranks, int rank, std::share
   return b;
 }
 
+Board::~Board() {
+  try {
+    for (void* e : ready_)
+      if (e) device::eventDestroy(e);
+    if (doneEvent_) device::eventDestroy(doneEvent_);
+  } catch (const Error& e) {
+    STRATA_WARN(-1, "destroying the events of ranks sharing a GPU: %s", e.what());
+  }
+}
+
+void* Board::readyEvent(int rank) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!ready_.at(rank)) ready_[rank] = device::eventCreate();
+  return ready_[rank];
+}
+
+void* Board::doneEvent() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!doneEvent_) doneEvent_ = device::eventCreate();
+  return doneEvent_;
+}
+
 void Board::leave(int rank) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     gone_.at(rank) = true;
     bells_.at(rank).reset();
+    posts_.at(rank) = SharedPost{};
   }
   for (int r = 0; r < static_cast<int>(posts_.size()); ++r) ring(r);
 }
@@ -46,7 +72,7 @@ void Board::post(int rank, const SharedPost& p) {
 bool Board::collect(uint64_t seq, std::vector<SharedPost>* out, int* missing) const {
   std::lock_guard<std::mutex> lock(mu_);
   for (int r = 0; r < static_cast<int>(posts_.size()); ++r)
-    if (posts_[r].seq != seq) {
+    if (gone_[r] || posts_[r].seq != seq) {
       *missing = r;
       return false;
     }
@@ -54,20 +80,22 @@ bool Board::collect(uint64_t seq, std::vector<SharedPost>* out, int* missing) co
   return true;
 }
 
-void Board::publish(uint64_t seq, void* done, const std::string& error) {
+void Board::publish(uint64_t seq, void* done, ncclResult_t code, const std::string& error) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     published_ = seq;
     done_ = done;
+    code_ = code;
     error_ = error;
   }
   for (int r = 1; r < static_cast<int>(posts_.size()); ++r) ring(r);
 }
 
-bool Board::finished(uint64_t seq, void** done, std::string* error) const {
+bool Board::finished(uint64_t seq, void** done, ncclResult_t* code, std::string* error) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (published_ != seq) return false;
   *done = done_;
+  *code = code_;
   *error = error_;
   return true;
 }

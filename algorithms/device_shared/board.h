@@ -42,21 +42,31 @@ class Board {
   // The board of communicator `id` in this process, made by its first rank; `bell`
   // wakes `rank`'s thread when the board has news for it.
   static std::shared_ptr<Board> join(uint64_t id, int nranks, int rank, std::shared_ptr<Doorbell> bell);
-  explicit Board(int nranks) : posts_(nranks), gone_(nranks, false), bells_(nranks) {}
+  explicit Board(int nranks) : posts_(nranks), gone_(nranks, false), bells_(nranks), ready_(nranks, nullptr) {}
+  ~Board();  // destroys the events: no rank can still be about to wait for one
+  Board(const Board&) = delete;
+  Board& operator=(const Board&) = delete;
 
-  // `rank` left (its communicator was destroyed or aborted): whoever waits for it stops.
+  // The events, made on first use on the current device, owned by the board (not by
+  // a rank: a rank may leave while another still has to enqueue a wait for its
+  // event): `rank`'s ready event, and rank 0's done event.
+  void* readyEvent(int rank);
+  void* doneEvent();
+
+  // `rank` left (its communicator was destroyed or aborted): its post is withdrawn
+  // (its buffers may be freed), and whoever waits for it stops.
   void leave(int rank);
   bool gone(int rank) const;
   // Posts `rank`'s part of operation p.seq and wakes rank 0.
   void post(int rank, const SharedPost& p);
   // Rank 0: true when every rank posted operation `seq` (then `out` holds the posts
-  // by rank); else `missing` is the first rank that has not.
+  // by rank); else `missing` is the first rank that has not, or that left.
   bool collect(uint64_t seq, std::vector<SharedPost>* out, int* missing) const;
   // Rank 0: operation `seq` is enqueued and `done` marks its end on rank 0's stream,
-  // or it failed with `error`; wakes every rank.
-  void publish(uint64_t seq, void* done, const std::string& error);
-  // The others: true once operation `seq` was published (its event, or its error).
-  bool finished(uint64_t seq, void** done, std::string* error) const;
+  // or it failed (`code`, `error`); wakes every rank.
+  void publish(uint64_t seq, void* done, ncclResult_t code, const std::string& error);
+  // The others: true once operation `seq` was published (its event, or its failure).
+  bool finished(uint64_t seq, void** done, ncclResult_t* code, std::string* error) const;
 
  private:
   void ring(int rank) const;
@@ -65,8 +75,11 @@ class Board {
   std::vector<SharedPost> posts_;
   std::vector<bool> gone_;
   std::vector<std::shared_ptr<Doorbell>> bells_;
+  std::vector<void*> ready_;
+  void* doneEvent_ = nullptr;
   uint64_t published_ = 0;
   void* done_ = nullptr;
+  ncclResult_t code_ = ncclSuccess;
   std::string error_;
 };
 

@@ -7,6 +7,8 @@
 // records an event the others' streams wait for. Before it, such ranks waited in
 // the call for their streams and staged through host memory (DeviceProxy::
 // runBlocking): on an H200, 26 us for 8 bytes and 0.6 GB/s busbw at 128 MiB.
+#include <exception>
+
 #include "algorithms/algorithm.h"
 #include "algorithms/device_shared/board.h"
 #include "algorithms/device_shared/shared_run.h"
@@ -23,13 +25,13 @@ constexpr double kCopyBytesPerUs = 2.0e6;  // bytes read plus written per micros
 constexpr int kMaxRanks = 8;
 constexpr uint64_t kLane = linkId("device.shared");
 
-// Per communicator: its board, its stream's ready event, rank 0's done event and scratch memory.
+// Per communicator: its board, its events (the board's), and rank 0's scratch memory.
 struct SharedState {
   std::shared_ptr<Board> board;
   int rank = -1;
   uint64_t seq = 0;
-  void* ready = nullptr;
-  void* done = nullptr;
+  void* ready = nullptr;       // this rank's
+  void* done = nullptr;        // rank 0's
   void* lastStream = nullptr;  // rank 0: the stream of its last operation
   Scratch scratch, temp;
   SharedState() = default;
@@ -37,12 +39,6 @@ struct SharedState {
   SharedState& operator=(const SharedState&) = delete;
   ~SharedState() {
     if (board) board->leave(rank);
-    try {
-      if (ready) device::eventDestroy(ready);
-      if (done) device::eventDestroy(done);
-    } catch (const Error& e) {
-      STRATA_WARN(rank, "destroying the events of ranks sharing a GPU: %s", e.what());
-    }
   }
 };
 
@@ -99,22 +95,26 @@ class SharedTask final : public Task {
       enqueueShared(posts, stream_, st_->scratch, st_->temp);
       device::eventRecord(st_->done, stream_);
       st_->lastStream = stream_;
-    } catch (const Error& e) {
-      st_->board->publish(mine_.seq, nullptr, e.what());
+    } catch (const Error& e) {  // the others fail alike, whatever the cause
+      st_->board->publish(mine_.seq, nullptr, e.code(), e.what());
+      throw;
+    } catch (const std::exception& e) {
+      st_->board->publish(mine_.seq, nullptr, ncclInternalError, e.what());
       throw;
     }
-    st_->board->publish(mine_.seq, st_->done, "");
+    st_->board->publish(mine_.seq, st_->done, ncclSuccess, "");
     return true;
   }
 
   // The others: their stream waits for rank 0's.
   bool follow() {
     void* doneEvent = nullptr;
+    ncclResult_t code = ncclSuccess;
     std::string error;
-    if (!st_->board->finished(mine_.seq, &doneEvent, &error)) return false;
+    if (!st_->board->finished(mine_.seq, &doneEvent, &code, &error)) return false;
     done_ = true;
-    if (!error.empty()) fail(ncclInvalidUsage, "%s: rank %d: rank 0 could not run the operation: %s", fn_, st_->rank,
-                             error.c_str());
+    if (code != ncclSuccess)
+      fail(code, "%s: rank %d: rank 0 could not run the operation: %s", fn_, st_->rank, error.c_str());
     device::streamWaitEvent(stream_, doneEvent);
     return true;
   }
@@ -161,14 +161,14 @@ class DeviceShared final : public Algorithm {
     return true;
   }
 
+  // (Operations of count zero never get here: the executor drops them on every rank.)
   void plan(PlanContext& ctx, const CollectiveOp& op, Protocol) const override {
-    if (op.count == 0) return;  // every rank's count is zero alike: nothing to meet for
     SharedState* st = &stateOf(ctx);
     int dev = ctx.device(), n = ctx.layout().nranks;
-    if (!st->ready || !st->done) {  // each once, even when one throws and a later call retries
+    if (!st->ready || (st->rank == 0 && !st->done)) {
       device::OnDevice on(dev);
-      if (!st->ready) st->ready = device::eventCreate();
-      if (!st->done) st->done = device::eventCreate();
+      st->ready = st->board->readyEvent(st->rank);
+      if (st->rank == 0) st->done = st->board->doneEvent();
     }
     SharedPost mine;
     mine.coll = op.coll;

@@ -68,7 +68,9 @@ Scratch::~Scratch() {
 
 char* Scratch::get(size_t bytes) {
   if (bytes > bytes_) {
-    if (p_) device::gpuFree(p_);  // nothing on the device waits for a host: this free cannot hang
+    // cudaFree waits for the whole device (rank 0 stalls once per growth); nothing
+    // this algorithm enqueues waits for a host, so that wait ends.
+    if (p_) device::gpuFree(p_);
     p_ = nullptr;
     bytes_ = 0;
     p_ = device::gpuAlloc(bytes);
@@ -87,6 +89,10 @@ void checkAlike(const std::vector<SharedPost>& posts, const char* fn) {
            "every rank must make the same calls in the same order",
            fn, r, collectiveName(b.coll), b.count, static_cast<int>(b.type), b.root, collectiveName(a.coll), a.count,
            static_cast<int>(a.type), a.root);
+    // The reduction too (a pre-multiplied sum's scalar may differ by rank: it is each rank's own).
+    if (b.op.kind != a.op.kind || b.op.postDivide != a.op.postDivide)
+      fail(ncclInvalidUsage, "%s: rank %zu reduces with another operation than rank 0 (every rank must pass the same "
+           "ncclRedOp_t)", fn, r);
   }
 }
 

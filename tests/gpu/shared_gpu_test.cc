@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "device/gpu.h"
@@ -132,16 +133,56 @@ TEST(SharedGpu, AHostOperationWaitsForEarlierDeviceWork) {
   }), "");
 }
 
-// Rank 1 calls with twice rank 0's count: both calls fail, naming rank 1.
+// Rank 1's call differs from rank 0's (twice the count; another reduction): both
+// calls fail, naming rank 1. (A count of zero is no operation at all, as with NCCL:
+// the executor drops it before any algorithm sees it.)
 TEST(SharedGpu, CallsThatDifferFailNamingTheRank) {
   REQUIRE_GPU();
-  EXPECT_EQ(onGpu0(2, [](int rank, ncclComm_t comm, cudaStream_t s) -> std::string {
-    DeviceBuffer d(2048 * sizeof(float));
-    ncclResult_t r = ncclAllReduce(d.p, d.p, rank == 0 ? 1024 : 2048, ncclFloat32, ncclSum, comm, s);
+  struct Case {
+    size_t count1;
+    ncclRedOp_t op1;
+    const char* says;
+  };
+  for (Case c : {Case{2048, ncclSum, "rank 1 called"}, Case{1024, ncclMax, "rank 1 reduces with another operation"}}) {
+    EXPECT_EQ(onGpu0(2, [&](int rank, ncclComm_t comm, cudaStream_t s) -> std::string {
+      DeviceBuffer d(2048 * sizeof(float));
+      ncclResult_t r = ncclAllReduce(d.p, d.p, rank == 0 ? 1024 : c.count1, ncclFloat32, rank == 0 ? ncclSum : c.op1,
+                                     comm, s);
+      std::string why = ncclGetLastError(comm);
+      ncclCommAbort(comm);
+      if (r != ncclInvalidUsage) return "returned " + std::to_string(r) + ": " + why;
+      return why.find(c.says) != std::string::npos ? "" : "unclear error: " + why;
+    }, 60), "") << c.says << ", count " << c.count1;
+  }
+}
+
+// Rank 1 posts its all-reduce, then is aborted (from another of its threads) before
+// rank 0 calls: rank 0's call fails naming rank 1, and never touches rank 1's
+// buffers (its post was withdrawn; its memory may be freed by then).
+TEST(SharedGpu, ARankAbortedAfterItsCallIsNotUsed) {
+  REQUIRE_GPU();
+  std::atomic<int> stage{0};
+  EXPECT_EQ(onGpu0(2, [&](int rank, ncclComm_t comm, cudaStream_t s) -> std::string {
+    const size_t count = 1024;
+    DeviceBuffer d(count * sizeof(float));
+    fill(d.p, count, static_cast<float>(rank + 1));
+    if (rank == 1) {
+      ncclResult_t r = ncclSuccess;
+      std::thread call([&] { r = ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, comm, s); });
+      usleep(200000);  // posted and waiting for rank 0
+      ncclCommAbort(comm);
+      call.join();
+      stage = 1;
+      return r == ncclSuccess ? "the all-reduce succeeded without rank 0" : "";
+    }
+    while (stage == 0) usleep(1000);
+    ncclResult_t r = ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, comm, s);
     std::string why = ncclGetLastError(comm);
+    device::streamSynchronize(s);
+    std::vector<float> got = downloadFloats(d.p, count);
     ncclCommAbort(comm);
-    if (r != ncclInvalidUsage) return "returned " + std::to_string(r) + ": " + why;
-    return why.find("rank 1 called") != std::string::npos ? "" : "unclear error: " + why;
+    if (r == ncclSuccess) return "succeeded with an aborted rank; element 0 is " + std::to_string(got[0]);
+    return why.find("rank 1") != std::string::npos ? "" : "unclear error: " + why;
   }, 60), "");
 }
 
