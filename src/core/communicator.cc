@@ -161,13 +161,19 @@ std::unique_ptr<CommPlan> Communicator::takePlan(void* deviceStream) {
 
 void Communicator::returnPlan(std::unique_ptr<CommPlan> plan) { delete sparePlan_.exchange(plan.release()); }
 
+void Communicator::orderStreamWork(void* stream) {
+  std::lock_guard<std::mutex> lock(streamWorkMutex_);
+  if (!streamWorkMarked_ || lastWorkStream_ == stream) return;
+  device::OnDevice on(peer(rank()).device);
+  device::streamWaitEvent(stream, streamWork_);
+}
+
 void Communicator::markStreamWork(void* stream) {
   std::lock_guard<std::mutex> lock(streamWorkMutex_);
   device::OnDevice on(peer(rank()).device);
   if (!streamWork_) streamWork_ = device::eventCreate();
-  // One event stands for all of it: work on another stream than the last marked one
-  // is ordered after that (as NCCL orders a communicator's work across streams).
-  if (streamWorkMarked_ && lastWorkStream_ != stream) device::streamWaitEvent(stream, streamWork_);
+  // One event stands for all of it: this stream was ordered after the last marked
+  // one before the call (orderStreamWork).
   device::eventRecord(streamWork_, stream);
   lastWorkStream_ = stream;
   streamWorkMarked_ = true;

@@ -122,6 +122,10 @@ class Communicator {
   // DeviceOneShot, DeviceP2p, DeviceSelf, DeviceShared) is marked after each call,
   // so that a later host-buffer operation, ncclCommFinalize and ncclCommDestroy wait
   // for it (waitStreamWork), as they wait for the proxy's jobs.
+  // orderStreamWork before the call's work: a stream other than the last marked one
+  // first waits for the marked work (as NCCL orders a communicator's work across
+  // streams); markStreamWork after it.
+  void orderStreamWork(void* stream);
   void markStreamWork(void* stream);
   void waitStreamWork();
 

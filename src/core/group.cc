@@ -1,6 +1,7 @@
 #include "core/group.h"
 
 #include <algorithm>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -112,13 +113,17 @@ void runOps(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
     checkStreams(ops);
     if (!streamOrdered(ops)) return DeviceProxy::enqueue(ops);
     void* stream = ops.front().second.stream ? ops.front().second.stream : device::kLegacyStream;
+    // A capture's work is the graph's, run at its replays: nothing to order or wait for.
+    bool captured = stream != device::kLegacyStream && device::streamCapturing(stream);
+    auto eachComm = [&](const std::function<void(Communicator&)>& f) {
+      for (size_t i = 0; i < ops.size(); ++i)
+        if (i == 0 || ops[i].first != ops[i - 1].first) f(readyComm(ops[i].first, ops[i].second.fn));
+    };
+    if (!captured) eachComm([stream](Communicator& c) { c.orderStreamWork(stream); });
     Executor ex(stream, true);  // the executor's null stream means none
     for (auto& [h, op] : ops) ex.add(readyComm(h, op.fn), op);
     ex.run();
-    // A capture's work is the graph's, run at its replays: nothing to wait for here.
-    if (stream != device::kLegacyStream && device::streamCapturing(stream)) return;
-    for (size_t i = 0; i < ops.size(); ++i)
-      if (i == 0 || ops[i].first != ops[i - 1].first) readyComm(ops[i].first, ops[i].second.fn).markStreamWork(stream);
+    if (!captured) eachComm([stream](Communicator& c) { c.markStreamWork(stream); });
     return;
   }
   for (auto& [h, op] : ops) {

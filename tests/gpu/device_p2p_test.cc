@@ -104,5 +104,35 @@ TEST(DeviceOneShotP2pWindows, RanksWithMoreTransfersThanAKernelHoldsMeetTheirPee
   reloadEnvironment();
 }
 
+// A communicator's work on two streams stays in call order, as NCCL keeps it: an
+// in-place all-reduce (DeviceOneShot) on one stream, then a send of its result
+// (DeviceP2p) on another, with nothing between them from the caller. The send must
+// carry the reduced values.
+TEST(DeviceOneShotP2pStreams, ASendOnAnotherStreamFollowsTheCollectiveBeforeIt) {
+  REQUIRE_GPUS(2);
+  EXPECT_EQ(failures(runRanks(Mode::kThreads, 2, [](int rank, int n, const ncclUniqueId& id) {
+    return onOwnGpu(rank, n, id, [&](ncclComm_t comm, cudaStream_t a) -> std::string {
+      auto b = static_cast<cudaStream_t>(device::streamCreate());
+      const size_t count = 4 << 20;  // long enough for the send to overtake it if nothing orders them
+      DeviceBuffer d(count * sizeof(float)), out(count * sizeof(float));
+      std::vector<float> v(count, static_cast<float>(rank + 1)), got(count);
+      device::copySync(d.p, v.data(), count * sizeof(float));
+      ncclResult_t r = ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, comm, a);
+      if (r == ncclSuccess) r = ncclGroupStart();
+      if (r == ncclSuccess) r = ncclSend(d.p, count, ncclFloat32, 1 - rank, comm, b);
+      if (r == ncclSuccess) r = ncclRecv(out.p, count, ncclFloat32, 1 - rank, comm, b);
+      if (r == ncclSuccess) r = ncclGroupEnd();
+      device::streamSynchronize(b);
+      device::streamSynchronize(a);
+      device::streamDestroy(b);
+      if (r != ncclSuccess) return std::string("a call failed: ") + ncclGetLastError(comm);
+      device::copySync(got.data(), out.p, count * sizeof(float));
+      for (size_t i = 0; i < count; ++i)
+        if (got[i] != 3.0f) return "element " + std::to_string(i) + " is " + std::to_string(got[i]) + ", expected 3";
+      return std::string();
+    });
+  }, 120)), "");
+}
+
 }  // namespace
 }  // namespace strata::test
