@@ -1,13 +1,19 @@
 #include "algorithms/device_shared/board.h"
 
+#include <chrono>
 #include <map>
+#include <thread>
 
+#include "base/clock.h"
 #include "base/doorbell.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "device/gpu.h"
 
 namespace strata::algorithms::device_shared {
+namespace {
+constexpr double kPublishWaitSec = 10;
+}  // namespace
 
 std::shared_ptr<Board> Board::join(uint64_t id, int nranks, int rank, std::shared_ptr<Doorbell> bell) {
   static std::mutex mu;
@@ -47,13 +53,32 @@ void* Board::doneEvent() {
 }
 
 void Board::leave(int rank) {
+  uint64_t taken = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     gone_.at(rank) = true;
     bells_.at(rank).reset();
-    posts_.at(rank) = SharedPost{};
+    if (posts_.at(rank).seq != 0 && collected_ >= posts_[rank].seq) taken = posts_[rank].seq;
+    posts_[rank] = SharedPost{};
   }
   for (int r = 0; r < static_cast<int>(posts_.size()); ++r) ring(r);
+  if (taken) waitForRun(rank, taken);
+}
+
+void Board::waitForRun(int rank, uint64_t seq) {
+  void* done = nullptr;
+  // Rank 0 publishes right after it takes the posts (or its failure): a bound in case it cannot.
+  for (Deadline d(kPublishWaitSec); !d.expired(); std::this_thread::sleep_for(std::chrono::milliseconds(1))) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (published_ < seq) continue;
+    if (published_ == seq && code_ == ncclSuccess) done = done_;
+    break;
+  }
+  try {
+    if (done) device::eventSynchronize(done);
+  } catch (const Error& e) {  // from a destructor: report, never throw
+    STRATA_WARN(rank, "leaving ranks that share a GPU: waiting for rank 0's last operation: %s", e.what());
+  }
 }
 
 bool Board::gone(int rank) const {
@@ -69,7 +94,7 @@ void Board::post(int rank, const SharedPost& p) {
   ring(0);
 }
 
-bool Board::collect(uint64_t seq, std::vector<SharedPost>* out, int* missing) const {
+bool Board::collect(uint64_t seq, std::vector<SharedPost>* out, int* missing) {
   std::lock_guard<std::mutex> lock(mu_);
   for (int r = 0; r < static_cast<int>(posts_.size()); ++r)
     if (gone_[r] || posts_[r].seq != seq) {
@@ -77,6 +102,7 @@ bool Board::collect(uint64_t seq, std::vector<SharedPost>* out, int* missing) co
       return false;
     }
   *out = posts_;
+  collected_ = seq;
   return true;
 }
 

@@ -53,15 +53,17 @@ class Board {
   void* readyEvent(int rank);
   void* doneEvent();
 
-  // `rank` left (its communicator was destroyed or aborted): its post is withdrawn
-  // (its buffers may be freed), and whoever waits for it stops.
+  // `rank` left (its communicator was destroyed or aborted): its post is withdrawn,
+  // and whoever waits for it stops. If rank 0 had already taken the post, this waits
+  // until rank 0's work for it has run (it writes into this rank's buffers, which the
+  // caller may free next); that work never waits for a host, so the wait ends.
   void leave(int rank);
   bool gone(int rank) const;
   // Posts `rank`'s part of operation p.seq and wakes rank 0.
   void post(int rank, const SharedPost& p);
   // Rank 0: true when every rank posted operation `seq` (then `out` holds the posts
   // by rank); else `missing` is the first rank that has not, or that left.
-  bool collect(uint64_t seq, std::vector<SharedPost>* out, int* missing) const;
+  bool collect(uint64_t seq, std::vector<SharedPost>* out, int* missing);
   // Rank 0: operation `seq` is enqueued and `done` marks its end on rank 0's stream,
   // or it failed (`code`, `error`); wakes every rank.
   void publish(uint64_t seq, void* done, ncclResult_t code, const std::string& error);
@@ -70,6 +72,7 @@ class Board {
 
  private:
   void ring(int rank) const;
+  void waitForRun(int rank, uint64_t seq);
 
   mutable std::mutex mu_;
   std::vector<SharedPost> posts_;
@@ -77,6 +80,7 @@ class Board {
   std::vector<std::shared_ptr<Doorbell>> bells_;
   std::vector<void*> ready_;
   void* doneEvent_ = nullptr;
+  uint64_t collected_ = 0;  // the last operation rank 0 took the posts of
   uint64_t published_ = 0;
   void* done_ = nullptr;
   ncclResult_t code_ = ncclSuccess;

@@ -84,7 +84,14 @@ class SharedTask final : public Task {
   // Rank 0: once every rank posted, the whole operation on its stream.
   bool lead() {
     std::vector<SharedPost> posts;
-    if (!st_->board->collect(mine_.seq, &posts, &missing_)) return false;
+    if (!st_->board->collect(mine_.seq, &posts, &missing_)) {
+      if (!st_->board->gone(missing_)) return false;
+      std::string why = format("%s: rank 0: rank %d left the communicator (destroyed or aborted) before this "
+                               "operation", fn_, missing_);
+      done_ = true;
+      st_->board->publish(mine_.seq, nullptr, ncclRemoteError, why);  // the others stop too
+      fail(ncclRemoteError, "%s", why.c_str());
+    }
     done_ = true;
     try {
       for (const SharedPost& p : posts)

@@ -230,5 +230,31 @@ TEST(SharedGpu, ARankThatLeavesReleasesTheOthers) {
   }, 60), "");
 }
 
+// Three ranks: rank 2 aborts while ranks 0 and 1 wait for it in an all-reduce; both
+// calls end well before STRATA_TIMEOUT, naming rank 2 (rank 0 finds it gone and
+// tells rank 1).
+TEST(SharedGpu, ALeavingRankReleasesEveryOther) {
+  REQUIRE_GPU();
+  std::atomic<int> waiting{0};
+  EXPECT_EQ(onGpu0(3, [&](int rank, ncclComm_t comm, cudaStream_t s) -> std::string {
+    DeviceBuffer d(1024 * sizeof(float));
+    if (rank == 2) {
+      while (waiting < 2) usleep(1000);
+      usleep(200000);
+      ncclCommAbort(comm);
+      return "";
+    }
+    ++waiting;
+    auto t0 = std::chrono::steady_clock::now();
+    ncclResult_t r = ncclAllReduce(d.p, d.p, 1024, ncclFloat32, ncclSum, comm, s);
+    double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::string why = ncclGetLastError(comm);
+    ncclCommAbort(comm);
+    if (r == ncclSuccess) return "the all-reduce succeeded without rank 2";
+    if (sec > 10) return "released after " + std::to_string(sec) + " s";
+    return why.find("rank 2") != std::string::npos ? "" : "unclear error: " + why;
+  }, 60), "");
+}
+
 }  // namespace
 }  // namespace strata::test
