@@ -32,7 +32,6 @@ struct SharedState {
   uint64_t seq = 0;
   void* ready = nullptr;       // this rank's
   void* done = nullptr;        // rank 0's
-  void* lastStream = nullptr;  // rank 0: the stream of its last operation
   Scratch scratch, temp;
   SharedState() = default;
   SharedState(const SharedState&) = delete;
@@ -97,11 +96,9 @@ class SharedTask final : public Task {
       for (const SharedPost& p : posts)
         if (!p.refused.empty()) fail(ncclInvalidUsage, "%s", p.refused.c_str());
       checkAlike(posts, fn_);
-      if (st_->lastStream && st_->lastStream != stream_) device::streamWaitEvent(stream_, st_->done);
       for (int r = 1; r < n_; ++r) device::streamWaitEvent(stream_, posts[r].ready);
       enqueueShared(posts, stream_, st_->scratch, st_->temp);
       device::eventRecord(st_->done, stream_);
-      st_->lastStream = stream_;
     } catch (const Error& e) {  // the others fail alike, whatever the cause
       st_->board->publish(mine_.seq, nullptr, e.code(), e.what());
       throw;
