@@ -13,26 +13,13 @@
 #include <string>
 #include <vector>
 
-#include "algorithms/collective.h"
-#include "device/cpu_reduce.h"
-#include "nccl.h"
-
-namespace strata {
-class Doorbell;
-}
+#include "algorithms/algorithm.h"  // CollectiveOp, and Doorbell declared
 
 namespace strata::algorithms::device_shared {
 
-// One rank's part of one operation.
-struct SharedPost {
-  uint64_t seq = 0;  // the communicator's operations, counted from 1 on every rank
-  Collective coll = Collective::kAllReduce;
-  size_t count = 0;
-  ncclDataType_t type = ncclFloat32;
-  int root = 0;
-  const void* send = nullptr;
-  void* recv = nullptr;
-  device::ReduceOp op;
+// One rank's part of one operation: its call, as the algorithm got it, and more.
+struct SharedPost : CollectiveOp {
+  uint64_t seq = 0;       // the communicator's operations, counted from 1 on every rank
   void* ready = nullptr;  // an event: the poster's stream up to its call
   std::string refused;    // why this rank cannot take part (its stream is being captured)
 };

@@ -175,13 +175,7 @@ class DeviceShared final : public Algorithm {
       if (st->rank == 0) st->done = st->board->doneEvent();
     }
     SharedPost mine;
-    mine.coll = op.coll;
-    mine.count = op.count;
-    mine.type = op.type;
-    mine.root = op.root;
-    mine.send = op.sendbuff;
-    mine.recv = op.recvbuff;
-    mine.op = op.op;
+    static_cast<CollectiveOp&>(mine) = op;
     ctx.addTask({kLane, 0}, [fn = op.fn, dev, stream = ctx.deviceStream(), n, st, mine](Links&) {
       return std::make_unique<SharedTask>(fn, dev, stream, n, st, mine);
     });

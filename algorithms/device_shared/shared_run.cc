@@ -24,11 +24,11 @@ std::vector<const char*> inputsOf(const std::vector<SharedPost>& posts, size_t i
   char* room = nullptr;
   for (int r = 0; r < n; ++r) {
     const SharedPost& p = posts[r];
-    in[r] = static_cast<const char*>(p.send);
+    in[r] = static_cast<const char*>(p.sendbuff);
     if (!p.op.preMultiply) continue;
     if (!room) room = scratch.get(inBytes * n);
     char* mine = room + inBytes * r;
-    device::gpuPrepare(mine, p.send, inBytes / device::dtypeSize(p.type), p.type, p.op, stream);
+    device::gpuPrepare(mine, p.sendbuff, inBytes / device::dtypeSize(p.type), p.type, p.op, stream);
     in[r] = mine;
   }
   return in;
@@ -108,28 +108,28 @@ void enqueueShared(const std::vector<SharedPost>& posts, void* stream, Scratch& 
   if (reducing(a.coll)) in = inputsOf(posts, a.coll == Collective::kReduceScatter ? bytes * n : bytes, stream, scratch);
   switch (a.coll) {
     case Collective::kAllReduce:  // into rank 0's output (input 0 may be it), then copied to the others
-      reduceAt(a.recv, in, 0, a.count, a.type, how, stream, temp);
-      for (int r = 1; r < n; ++r) device::gpuCopy(posts[r].recv, a.recv, bytes, stream);
+      reduceAt(a.recvbuff, in, 0, a.count, a.type, how, stream, temp);
+      for (int r = 1; r < n; ++r) device::gpuCopy(posts[r].recvbuff, a.recvbuff, bytes, stream);
       break;
     case Collective::kReduce:
-      reduceAt(posts[a.root].recv, in, 0, a.count, a.type, how, stream, temp);
+      reduceAt(posts[a.root].recvbuff, in, 0, a.count, a.type, how, stream, temp);
       break;
     case Collective::kReduceScatter:
       if (bytes % 16 == 0) {  // rank r's block of every input; in place its output is one of them
-        for (int r = 0; r < n; ++r) reduceAt(posts[r].recv, in, bytes * r, a.count, a.type, how, stream, temp);
+        for (int r = 0; r < n; ++r) reduceAt(posts[r].recvbuff, in, bytes * r, a.count, a.type, how, stream, temp);
       } else {  // blocks off 16-byte boundaries would take the reduce off its vector path: one reduce, then copies
         char* all = temp.get(bytes * n);
         std::vector<const void*> at(in.begin(), in.end());
         device::gpuReduceInOrder(all, at.data(), n, a.count * n, a.type, how, stream);
-        for (int r = 0; r < n; ++r) device::gpuCopy(posts[r].recv, all + bytes * r, bytes, stream);
+        for (int r = 0; r < n; ++r) device::gpuCopy(posts[r].recvbuff, all + bytes * r, bytes, stream);
       }
       break;
     case Collective::kBroadcast:
-      for (int r = 0; r < n; ++r) device::gpuCopy(posts[r].recv, posts[a.root].send, bytes, stream);
+      for (int r = 0; r < n; ++r) device::gpuCopy(posts[r].recvbuff, posts[a.root].sendbuff, bytes, stream);
       break;
     case Collective::kAllGather:  // every input into rank 0's output, then that to the others
-      for (int r = 0; r < n; ++r) device::gpuCopy(static_cast<char*>(a.recv) + bytes * r, posts[r].send, bytes, stream);
-      for (int r = 1; r < n; ++r) device::gpuCopy(posts[r].recv, a.recv, bytes * n, stream);
+      for (int r = 0; r < n; ++r) device::gpuCopy(static_cast<char*>(a.recvbuff) + bytes * r, posts[r].sendbuff, bytes, stream);
+      for (int r = 1; r < n; ++r) device::gpuCopy(posts[r].recvbuff, a.recvbuff, bytes * n, stream);
       break;
     default:
       fail(ncclInternalError, "ranks sharing a GPU: %s is not served", collectiveName(a.coll));
