@@ -89,6 +89,17 @@ int main(int argc, char** argv) {
     }
   }
   printf("# target: float and bf16 reduce of 2 inputs >= 90%% of D2D: %s\n", met ? "met" : "NOT met");
+  // DeviceShared's all-reduce of 2 ranks: one kernel reads both inputs and writes both
+  // outputs (docs/gpu.md: its busbw bound is this rate / 4).
+  for (ncclDataType_t t : {ncclFloat32, ncclBfloat16}) {
+    void* outs[2] = {c, in[2]};
+    size_t count = bytes / device::dtypeSize(t);
+    device::ReduceOp sum;
+    double bw = 4.0 * bytes / medianSeconds(iters, [&] { device::gpuReduceInOrder(outs, 2, in, 2, count, t, sum, nullptr); });
+    char name[64];
+    snprintf(name, sizeof name, "reduce 2 in, 2 out %s", device::dtypeName(t));
+    printf("%-28s %8.1f GB/s  %5.1f%% of D2D\n", name, bw / 1e9, 100 * bw / copy);
+  }
   for (void* p : in) cudaFree(p);
   cudaFree(c);
   return 0;

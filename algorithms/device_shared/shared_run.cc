@@ -10,7 +10,8 @@
 namespace strata::algorithms::device_shared {
 namespace {
 
-constexpr int kMaxRanks = 8;  // the reduce kernel's inputs in one launch: an output may alias any of them
+// The reduce kernel's inputs and outputs in one launch (an output may be an input in place).
+constexpr int kMaxRanks = device::kMaxReduceOutputs;
 
 bool reducing(Collective c) {
   return c == Collective::kAllReduce || c == Collective::kReduce || c == Collective::kReduceScatter;
@@ -39,21 +40,52 @@ bool overlaps(const void* a, const void* b, size_t bytes) {
   return x < y + bytes && y < x + bytes;
 }
 
-// dst = in[0][offset..] OP ... OP in[n-1][offset..], `count` elements. The reduce
-// may write dst before it reads a later input, so an output that is one of those
-// (in place, a reduce's root or a reduce-scatter's rank above 0) goes through `temp`.
-void reduceAt(void* dst, const std::vector<const char*>& in, size_t offset, size_t count, ncclDataType_t type,
-              const device::ReduceOp& how, void* stream, Scratch& temp) {
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// One kernel may write every output (`bytes` each) from these inputs: it reads each
+// element of every input before writing it, so an output may be an input at the same
+// position (in place), but may overlap no other input and no other output.
+bool oneKernel(const std::vector<void*>& outs, const std::vector<const void*>& in, size_t bytes) {
+  for (size_t i = 0; i < outs.size(); ++i) {
+    for (const void* x : in)
+      if (x != outs[i] && overlaps(outs[i], x, bytes)) return false;
+    for (size_t j = 0; j < i; ++j)
+      if (overlaps(outs[i], outs[j], bytes)) return false;
+  }
+  return true;
+}
+
+// Every output = in[0][offset..] OP ... OP in[n-1][offset..], `count` elements: one
+// kernel that reads every input once and writes every output once (the least any
+// all-reduce can move), or, when an output overlaps the inputs otherwise than in
+// place, into `temp` first and copied.
+void reduceAt(const std::vector<void*>& outs, const std::vector<const char*>& in, size_t offset, size_t count,
+              ncclDataType_t type, const device::ReduceOp& how, void* stream, Scratch& temp) {
   const size_t bytes = count * device::dtypeSize(type);
   std::vector<const void*> at(in.size());
-  bool aliased = false;
-  for (size_t r = 0; r < in.size(); ++r) {
-    at[r] = in[r] + offset;
-    aliased = aliased || (r > 0 && overlaps(dst, at[r], bytes));
+  for (size_t r = 0; r < in.size(); ++r) at[r] = in[r] + offset;
+  const int n = static_cast<int>(at.size());
+  if (oneKernel(outs, at, bytes)) {
+    device::gpuReduceInOrder(outs.data(), static_cast<int>(outs.size()), at.data(), n, count, type, how, stream);
+    return;
   }
-  void* out = aliased ? temp.get(bytes) : dst;
-  device::gpuReduceInOrder(out, at.data(), static_cast<int>(at.size()), count, type, how, stream);
-  if (aliased) device::gpuCopy(dst, out, bytes, stream);
+  void* aside = temp.get(bytes);
+  device::gpuReduceInOrder(aside, at.data(), n, count, type, how, stream);
+  for (void* out : outs) device::gpuCopy(out, aside, bytes, stream);
+}
+
+// `src` into every output: where every pointer is 16-byte aligned (the kernel's
+// vector path) and one kernel may write them all, a one-input reduce (a copy of the
+// bits) that reads `src` once; else a copy each.
+void copyToAll(const std::vector<void*>& outs, const void* src, size_t bytes, void* stream) {
+  bool vectors = aligned16(src);
+  for (void* out : outs) vectors = vectors && aligned16(out);
+  if (vectors && oneKernel(outs, {src}, bytes)) {
+    device::gpuReduceInOrder(outs.data(), static_cast<int>(outs.size()), &src, 1, bytes, ncclUint8,
+                             device::ReduceOp{}, stream);
+    return;
+  }
+  for (void* out : outs) device::gpuCopy(out, src, bytes, stream);
 }
 
 }  // namespace
@@ -106,17 +138,18 @@ void enqueueShared(const std::vector<SharedPost>& posts, void* stream, Scratch& 
   how.scalarAt = nullptr;
   std::vector<const char*> in;
   if (reducing(a.coll)) in = inputsOf(posts, a.coll == Collective::kReduceScatter ? bytes * n : bytes, stream, scratch);
+  std::vector<void*> outs(n);
   switch (a.coll) {
-    case Collective::kAllReduce:  // into rank 0's output (input 0 may be it), then copied to the others
-      reduceAt(a.recvbuff, in, 0, a.count, a.type, how, stream, temp);
-      for (int r = 1; r < n; ++r) device::gpuCopy(posts[r].recvbuff, a.recvbuff, bytes, stream);
+    case Collective::kAllReduce:  // every output in one pass
+      for (int r = 0; r < n; ++r) outs[r] = posts[r].recvbuff;
+      reduceAt(outs, in, 0, a.count, a.type, how, stream, temp);
       break;
     case Collective::kReduce:
-      reduceAt(posts[a.root].recvbuff, in, 0, a.count, a.type, how, stream, temp);
+      reduceAt({posts[a.root].recvbuff}, in, 0, a.count, a.type, how, stream, temp);
       break;
     case Collective::kReduceScatter:
-      if (bytes % 16 == 0) {  // rank r's block of every input; in place its output is one of them
-        for (int r = 0; r < n; ++r) reduceAt(posts[r].recvbuff, in, bytes * r, a.count, a.type, how, stream, temp);
+      if (bytes % 16 == 0) {  // rank r's block of every input; in place its output is input r's block
+        for (int r = 0; r < n; ++r) reduceAt({posts[r].recvbuff}, in, bytes * r, a.count, a.type, how, stream, temp);
       } else {  // blocks off 16-byte boundaries would take the reduce off its vector path: one reduce, then copies
         char* all = temp.get(bytes * n);
         std::vector<const void*> at(in.begin(), in.end());
@@ -125,11 +158,14 @@ void enqueueShared(const std::vector<SharedPost>& posts, void* stream, Scratch& 
       }
       break;
     case Collective::kBroadcast:
-      for (int r = 0; r < n; ++r) device::gpuCopy(posts[r].recvbuff, posts[a.root].sendbuff, bytes, stream);
+      for (int r = 0; r < n; ++r) outs[r] = posts[r].recvbuff;
+      copyToAll(outs, posts[a.root].sendbuff, bytes, stream);
       break;
-    case Collective::kAllGather:  // every input into rank 0's output, then that to the others
-      for (int r = 0; r < n; ++r) device::gpuCopy(static_cast<char*>(a.recvbuff) + bytes * r, posts[r].sendbuff, bytes, stream);
-      for (int r = 1; r < n; ++r) device::gpuCopy(posts[r].recvbuff, a.recvbuff, bytes * n, stream);
+    case Collective::kAllGather:  // rank r's input into block r of every output
+      for (int r = 0; r < n; ++r) {
+        for (int q = 0; q < n; ++q) outs[q] = static_cast<char*>(posts[q].recvbuff) + bytes * r;
+        copyToAll(outs, posts[r].sendbuff, bytes, stream);
+      }
       break;
     default:
       fail(ncclInternalError, "ranks sharing a GPU: %s is not served", collectiveName(a.coll));

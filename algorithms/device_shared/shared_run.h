@@ -28,10 +28,11 @@ class Scratch {
 void checkAlike(const std::vector<SharedPost>& posts, const char* fn);
 
 // Enqueues the operation of `posts` (every rank's part, by rank; at most 8 ranks)
-// on `stream`: the reductions with every input in rank order (the same bits as
-// the host path), then the copies to every rank's output. The caller orders the
-// stream after each rank's ready event. `scratch` takes pre-multiplied inputs,
-// `temp` a reduction whose output is one of its later inputs.
+// on `stream`: each reduction one kernel over every input in rank order (the same
+// bits as the host path) writing every output it has, each copy one kernel reading
+// its source once. The caller orders the stream after each rank's ready event.
+// `scratch` takes pre-multiplied inputs, `temp` a reduction whose output overlaps
+// its inputs otherwise than in place.
 void enqueueShared(const std::vector<SharedPost>& posts, void* stream, Scratch& scratch, Scratch& temp);
 
 }  // namespace strata::algorithms::device_shared

@@ -24,7 +24,8 @@ class NoGpus final : public GpuBackend {
   int setCurrentDevice(int) override { return -1; }
   void* alloc(size_t) override { refuse("device memory"); }
   void free(void*) override { refuse("device memory"); }
-  void reduceInOrder(void*, const void* const*, int, size_t, ncclDataType_t, const ReduceOp&, void*) override {
+  void reduceInOrder(void* const*, int, const void* const*, int, size_t, ncclDataType_t, const ReduceOp&,
+                     void*) override {
     refuse("device kernels");
   }
   void prepare(void*, const void*, size_t, ncclDataType_t, const ReduceOp&, void*) override { refuse("device kernels"); }
@@ -182,9 +183,12 @@ void* gpuAlloc(size_t bytes) {
   return backend().alloc(bytes);
 }
 void gpuFree(void* p) { freeOrKeep(FreeKind::kDevice, p); }
-void gpuReduceInOrder(void* dst, const void* const* inputs, int n, size_t count, ncclDataType_t type,
-                      const ReduceOp& op, void* stream) {
-  if (count) backend().reduceInOrder(dst, inputs, n, count, type, op, stream);
+void gpuReduceInOrder(void* const* outputs, int nOut, const void* const* inputs, int n, size_t count,
+                      ncclDataType_t type, const ReduceOp& op, void* stream) {
+  STRATA_REQUIRE(nOut >= 1 && nOut <= kMaxReduceOutputs && n >= 1, ncclInternalError,
+                 "reduce kernel: %d outputs of %d inputs (1 to %d outputs, 1 input or more)", nOut, n,
+                 kMaxReduceOutputs);
+  if (count) backend().reduceInOrder(outputs, nOut, inputs, n, count, type, op, stream);
 }
 void gpuPrepare(void* dst, const void* src, size_t count, ncclDataType_t type, const ReduceOp& op, void* stream) {
   if (count) backend().prepare(dst, src, count, type, op, stream);

@@ -42,9 +42,20 @@ void releaseFrees();
 // Kernels, enqueued on `stream` (0: the legacy default stream). Same results, to
 // the bit, as the CPU functions of the same names (cpu_reduce.h): fp16, bf16 and
 // fp8 are computed in float and rounded to nearest even after every step.
-// dst = inputs[0] OP ... OP inputs[n-1], then finalize (avg's divide); any n >= 1.
-void gpuReduceInOrder(void* dst, const void* const* inputs, int n, size_t count, ncclDataType_t type,
-                      const ReduceOp& op, void* stream);
+// Every one of outputs[0..nOut) = inputs[0] OP ... OP inputs[n-1], then finalize
+// (avg's divide); any n >= 1, 1 <= nOut <= kMaxReduceOutputs; with one input, a copy
+// of its bits into every output. With n <= kMaxReduceOutputs inputs, each element of
+// an output is written after that element of every input was read, so an output
+// may be an input at the same position (in place); it must not otherwise overlap an
+// input or another output. Beyond that many inputs outputs[0] accumulates across
+// launches and must overlap no input.
+constexpr int kMaxReduceOutputs = 8;
+void gpuReduceInOrder(void* const* outputs, int nOut, const void* const* inputs, int n, size_t count,
+                      ncclDataType_t type, const ReduceOp& op, void* stream);
+inline void gpuReduceInOrder(void* dst, const void* const* inputs, int n, size_t count, ncclDataType_t type,
+                             const ReduceOp& op, void* stream) {
+  gpuReduceInOrder(&dst, 1, inputs, n, count, type, op, stream);
+}
 // dst = src x the op's scalar (pre-multiplied sum), or a copy.
 void gpuPrepare(void* dst, const void* src, size_t count, ncclDataType_t type, const ReduceOp& op, void* stream);
 // A vectorised copy (16-byte loads and stores where alignment allows).

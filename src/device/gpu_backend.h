@@ -24,8 +24,9 @@ class GpuBackend {
   virtual int setCurrentDevice(int device) = 0;
   virtual void* alloc(size_t bytes) = 0;
   virtual void free(void* p) = 0;
-  virtual void reduceInOrder(void* dst, const void* const* inputs, int n, size_t count, ncclDataType_t type,
-                             const ReduceOp& op, void* stream) = 0;
+  // gpuReduceInOrder (gpu.h), its contract included.
+  virtual void reduceInOrder(void* const* outputs, int nOut, const void* const* inputs, int n, size_t count,
+                             ncclDataType_t type, const ReduceOp& op, void* stream) = 0;
   virtual void prepare(void* dst, const void* src, size_t count, ncclDataType_t type, const ReduceOp& op,
                        void* stream) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes, void* stream) = 0;

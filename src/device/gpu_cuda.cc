@@ -68,9 +68,9 @@ class CudaGpus final : public GpuBackend {
     return p;
   }
   void free(void* p) override { checkCuda(cudaFree(p), "cudaFree"); }
-  void reduceInOrder(void* dst, const void* const* inputs, int n, size_t count, ncclDataType_t type, const ReduceOp& op,
-                     void* stream) override {
-    cuda::reduceInOrder(dst, inputs, n, count, type, op, stream);
+  void reduceInOrder(void* const* outputs, int nOut, const void* const* inputs, int n, size_t count,
+                     ncclDataType_t type, const ReduceOp& op, void* stream) override {
+    cuda::reduceInOrder(outputs, nOut, inputs, n, count, type, op, stream);
   }
   void prepare(void* dst, const void* src, size_t count, ncclDataType_t type, const ReduceOp& op, void* stream) override {
     cuda::prepare(dst, src, count, type, op, stream);

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "device/combine.h"
+#include "device/gpu.h"
 #include "device/gpu_format.cuh"
 #include "device/gpu_kernels.h"
 
@@ -20,11 +21,14 @@ namespace {
 
 constexpr int kMaxInputs = 8;  // per launch; more are folded in later launches
 constexpr int kThreads = 512;
+static_assert(kMaxInputs == kMaxReduceOutputs, "gpu.h promises in-place safety up to this many inputs");
 
 template <typename T>
 struct Params {
   const T* in[kMaxInputs];
+  T* out[kMaxReduceOutputs];
   int n;
+  int nOut;
   ReduceKind kind;
   bool scale;  // multiply by `scalar` (pre-multiplied sum): gpuPrepare only
   typename DevFormat<T>::C scalar;
@@ -68,13 +72,29 @@ __device__ uint4 packedSum(const uint4 (&raw)[N]) {
   return out;
 }
 
+// Every output gets the same value; the unrolled loop keeps the pointers out of a
+// local array (a runtime index into the parameters would put them there).
+template <typename T, typename V>
+__device__ void storeAll(const Params<T>& p, size_t at, V value) {
+#pragma unroll
+  for (int m = 0; m < kMaxReduceOutputs; ++m)
+    if (m < p.nOut) {
+      if constexpr (std::is_same_v<V, uint4>) {
+        __stcs(reinterpret_cast<uint4*>(p.out[m]) + at, value);
+      } else {
+        p.out[m][at] = value;
+      }
+    }
+}
+
 // Grid-stride over 16-byte vectors when every pointer is 16-byte aligned, then the
-// tail element by element. Specialised on the input count N, so that the inputs'
+// tail element by element. Each thread loads its element of every input before it
+// stores that element of any output, so an output may be an input (in place). Specialised on the input count N, so that the inputs'
 // vectors live in registers (a runtime count kept them in a local array: a stack
 // frame and local loads and stores per element); loads and stores stream (the
 // data is read once), leaving the cache to what is reused.
 template <typename T, int N>
-__global__ void reduceKernel(T* dst, Params<T> p, size_t count, bool vectors) {
+__global__ void reduceKernel(Params<T> p, size_t count, bool vectors) {
   constexpr int V = 16 / sizeof(T);
   if (p.scalarAt) p.scalar = DevFormat<T>::load(*p.scalarAt);
   [[maybe_unused]] const bool packed = N > 1 && p.kind == ReduceKind::kSum && !p.scale && p.divide <= 1;
@@ -90,7 +110,7 @@ __global__ void reduceKernel(T* dst, Params<T> p, size_t count, bool vectors) {
       uint4 out;
       if constexpr (kPackedSum<T>) {
         if (packed) {
-          __stcs(reinterpret_cast<uint4*>(dst) + v, packedSum<T, N>(raw));
+          storeAll(p, v, packedSum<T, N>(raw));
           continue;
         }
       }
@@ -101,7 +121,7 @@ __global__ void reduceKernel(T* dst, Params<T> p, size_t count, bool vectors) {
         for (int j = 0; j < N; ++j) x[j] = reinterpret_cast<const T*>(&raw[j])[k];
         reinterpret_cast<T*>(&out)[k] = element<T, N>(p, x);
       }
-      __stcs(reinterpret_cast<uint4*>(dst) + v, out);
+      storeAll(p, v, out);
     }
     done = nvec * V;
   }
@@ -109,7 +129,7 @@ __global__ void reduceKernel(T* dst, Params<T> p, size_t count, bool vectors) {
     T x[N];
 #pragma unroll
     for (int j = 0; j < N; ++j) x[j] = p.in[j][i];
-    dst[i] = element<T, N>(p, x);
+    storeAll(p, i, element<T, N>(p, x));
   }
 }
 
@@ -143,17 +163,18 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 // reduceKernel<T, n> for a count n known only at run time (1 to kMaxInputs).
 template <typename T, int... I>
-void launchFor(int n, int blocks, cudaStream_t s, T* dst, const Params<T>& p, size_t count, bool vectors,
+void launchFor(int n, int blocks, cudaStream_t s, const Params<T>& p, size_t count, bool vectors,
                std::integer_sequence<int, I...>) {
-  ((n == I + 1 ? (reduceKernel<T, I + 1><<<blocks, kThreads, 0, s>>>(dst, p, count, vectors), 0) : 0), ...);
+  ((n == I + 1 ? (reduceKernel<T, I + 1><<<blocks, kThreads, 0, s>>>(p, count, vectors), 0) : 0), ...);
 }
 
 template <typename T>
-void launch(void* dst, const void* const* inputs, int n, size_t count, const ReduceOp& op, bool scale, int divide,
-            cudaStream_t s) {
+void launch(void* const* outputs, int nOut, const void* const* inputs, int n, size_t count, const ReduceOp& op,
+            bool scale, int divide, cudaStream_t s) {
   using C = typename DevFormat<T>::C;
   Params<T> p{};
   p.n = n;
+  p.nOut = nOut;
   p.kind = op.kind;
   p.scale = scale;
   p.divide = divide;
@@ -165,13 +186,17 @@ void launch(void* dst, const void* const* inputs, int n, size_t count, const Red
     p.scalar = static_cast<float>(T(static_cast<float>(op.scalarF)));
   }
   if (scale) p.scalarAt = static_cast<const T*>(op.scalarAt);
-  bool vectors = aligned16(dst);
+  bool vectors = true;
+  for (int m = 0; m < nOut; ++m) {
+    p.out[m] = static_cast<T*>(outputs[m]);
+    vectors = vectors && aligned16(outputs[m]);
+  }
   for (int j = 0; j < n; ++j) {
     p.in[j] = static_cast<const T*>(inputs[j]);
     vectors = vectors && aligned16(inputs[j]);
   }
   size_t work = vectors ? count / (16 / sizeof(T)) + 1 : count;
-  launchFor<T>(n, blocksFor(work), s, static_cast<T*>(dst), p, count, vectors, std::make_integer_sequence<int, kMaxInputs>{});
+  launchFor<T>(n, blocksFor(work), s, p, count, vectors, std::make_integer_sequence<int, kMaxInputs>{});
   checkCuda(cudaGetLastError(), "reduce kernel launch");
 }
 
@@ -183,21 +208,22 @@ size_t elementSize(ncclDataType_t type) {
 
 }  // namespace
 
-void reduceInOrder(void* dst, const void* const* inputs, int n, size_t count, ncclDataType_t type,
-                      const ReduceOp& op, void* stream) {
+void reduceInOrder(void* const* outputs, int nOut, const void* const* inputs, int n, size_t count,
+                   ncclDataType_t type, const ReduceOp& op, void* stream) {
   if (count == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
   withDevType(type, [&](auto tag) {
     using T = decltype(tag);
-    // Up to 8 inputs per launch; each later launch folds 7 more into dst, keeping the order.
+    // Up to 8 inputs per launch; each later launch folds 7 more into outputs[0],
+    // keeping the order; the last one writes every output.
     int first = std::min(n, kMaxInputs);
-    launch<T>(dst, inputs, first, count, op, false, first == n ? op.postDivide : 0, s);
+    launch<T>(outputs, first == n ? nOut : 1, inputs, first, count, op, false, first == n ? op.postDivide : 0, s);
     for (int done = first; done < n;) {
-      const void* next[kMaxInputs] = {dst};
+      const void* next[kMaxInputs] = {outputs[0]};
       int k = std::min(n - done, kMaxInputs - 1);
       for (int j = 0; j < k; ++j) next[j + 1] = inputs[done + j];
       done += k;
-      launch<T>(dst, next, k + 1, count, op, false, done == n ? op.postDivide : 0, s);
+      launch<T>(outputs, done == n ? nOut : 1, next, k + 1, count, op, false, done == n ? op.postDivide : 0, s);
     }
   });
 }
@@ -206,8 +232,9 @@ void prepare(void* dst, const void* src, size_t count, ncclDataType_t type, cons
   if (count == 0) return;
   if (!op.preMultiply) return copy(dst, src, count * elementSize(type), stream);
   const void* in[1] = {src};
+  void* out[1] = {dst};
   withDevType(type, [&](auto tag) {
-    launch<decltype(tag)>(dst, in, 1, count, op, true, 0, static_cast<cudaStream_t>(stream));
+    launch<decltype(tag)>(out, 1, in, 1, count, op, true, 0, static_cast<cudaStream_t>(stream));
   });
 }
 

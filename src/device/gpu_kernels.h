@@ -11,8 +11,8 @@
 namespace strata::device::cuda {
 
 void checkCuda(int err, const char* what);  // gpu_cuda.cc: throws ncclUnhandledCudaError
-void reduceInOrder(void* dst, const void* const* inputs, int n, size_t count, ncclDataType_t type, const ReduceOp& op,
-                   void* stream);
+void reduceInOrder(void* const* outputs, int nOut, const void* const* inputs, int n, size_t count, ncclDataType_t type,
+                   const ReduceOp& op, void* stream);
 void prepare(void* dst, const void* src, size_t count, ncclDataType_t type, const ReduceOp& op, void* stream);
 void copy(void* dst, const void* src, size_t bytes, void* stream);
 void kernelColl(const KernelColl& k, void* stream);

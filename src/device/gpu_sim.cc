@@ -32,6 +32,24 @@ namespace {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// The reduce kernel as gpu.h promises it: up to kMaxReduceOutputs inputs are all read
+// before any output is written (here: combined aside, then copied to every output);
+// beyond that outputs[0] accumulates, as the GPU's later launches fold into it.
+void reduceToAll(const std::vector<void*>& out, const std::vector<const void*>& in, size_t count,
+                 ncclDataType_t type, const ReduceOp& op) {
+  const int n = static_cast<int>(in.size());
+  const size_t bytes = count * dtypeSize(type);
+  std::vector<char> aside;
+  void* acc = out[0];
+  if (n <= kMaxReduceOutputs) {
+    aside.resize(bytes);
+    acc = aside.data();
+  }
+  device::reduceInOrder(acc, in.data(), n, count, type, op);
+  for (void* p : out)
+    if (p != acc) memcpy(p, acc, bytes);
+}
+
 using namespace sim;  // NOLINT: the simulation's state (gpu_sim_state.h) is this file's own
 
 // CUDA refuses a copy or memset that runs past the allocation it starts in
@@ -149,18 +167,22 @@ class SimGpus final : public GpuBackend {
     if (*fd < 0) *why = std::string("simulated GPU: dup: ") + strerror(errno);
     return *fd >= 0;
   }
-  void reduceInOrder(void* dst, const void* const* inputs, int n, size_t count, ncclDataType_t type, const ReduceOp& op,
-                     void* stream) override {
+  void reduceInOrder(void* const* outputs, int nOut, const void* const* inputs, int n, size_t count,
+                     ncclDataType_t type, const ReduceOp& op, void* stream) override {
     std::vector<const void*> in(inputs, inputs + n);
+    std::vector<void*> out(outputs, outputs + nOut);
     int dev = launch("the reduce kernel", stream);
-    reaches(dev, "the reduce kernel", dst);
-    bool aligned = aligned16(dst);
+    bool aligned = true;
+    for (void* p : out) {
+      reaches(dev, "the reduce kernel", p);
+      aligned = aligned && aligned16(p);
+    }
     for (const void* p : in) {
       reaches(dev, "the reduce kernel", p);
       aligned = aligned && aligned16(p);
     }
     if (!aligned) deviceWork(dev).unalignedKernels.fetch_add(1);
-    on(stream, [=] { device::reduceInOrder(dst, in.data(), n, count, type, op); });
+    on(stream, [=] { reduceToAll(out, in, count, type, op); });
   }
   void prepare(void* dst, const void* src, size_t count, ncclDataType_t type, const ReduceOp& op, void* stream) override {
     int dev = launch("the prepare kernel", stream);

@@ -95,6 +95,57 @@ TEST(GpuKernels, MatchTheCpuBitForBit) {
           }
 }
 
+// One reduce kernel writing several outputs (DeviceShared's all-reduce, broadcast and
+// all-gather): every output gets the CPU's bits, an output may be an input at the
+// same position (in place: every input is read before it is written), 9 inputs fold
+// into the first output, and a one-input uint8 "reduce" copies bits exactly (odd
+// sizes take the element tail). Runs on real and simulated GPUs.
+TEST(GpuKernels, EveryOutputGetsTheSameBitsAndAnOutputMayBeAnInput) {
+  REQUIRE_GPU();
+  device::setCurrentDevice(0);
+  void* s = device::streamCreate();
+  struct Case {
+    ncclDataType_t type;
+    TestOp op;
+    int n, nOut;
+    size_t count;
+    bool inPlace;  // output 1 is input 1
+  };
+  for (const Case& c : {Case{ncclFloat32, TestOp::kSum, 3, 3, 4099, true}, Case{ncclBfloat16, TestOp::kSum, 2, 2, 8200, true},
+                        Case{ncclInt32, TestOp::kMax, 8, 8, 1031, true}, Case{ncclFloat64, TestOp::kAvg, 4, 4, 517, false},
+                        Case{ncclFloat32, TestOp::kProd, 9, 2, 300, false}, Case{ncclUint8, TestOp::kSum, 1, 5, 4099, false}}) {
+    const size_t es = device::dtypeSize(c.type), bytes = c.count * es;
+    std::vector<std::vector<char>> in;
+    std::vector<std::unique_ptr<DeviceBuffer>> dev;
+    std::vector<const void*> hostIn, devIn;
+    for (int j = 0; j < c.n; ++j) {
+      in.push_back(verify::makeBuffer(c.type, c.count, [&](size_t i) { return verify::inputValue(j, i, c.type, c.op); }));
+      dev.push_back(std::make_unique<DeviceBuffer>(bytes));
+      upload(dev[j]->p, in[j]);
+      hostIn.push_back(in[j].data());
+      devIn.push_back(dev[j]->p);
+    }
+    std::vector<std::unique_ptr<DeviceBuffer>> outBufs;
+    std::vector<void*> outs;
+    for (int m = 0; m < c.nOut; ++m) {
+      outBufs.push_back(std::make_unique<DeviceBuffer>(bytes));
+      outs.push_back(c.inPlace && m == 1 ? dev[1]->p : outBufs[m]->p);
+    }
+    device::ReduceOp rop = reduceOpFor(c.op, c.n);
+    std::vector<char> want(bytes);
+    device::reduceInOrder(want.data(), hostIn.data(), c.n, c.count, c.type, rop);
+    device::gpuReduceInOrder(outs.data(), c.nOut, devIn.data(), c.n, c.count, c.type, rop, s);
+    device::streamSynchronize(s);
+    for (int m = 0; m < c.nOut; ++m) {
+      std::vector<char> got = download(outs[m], bytes);
+      std::string what = std::string(device::dtypeName(c.type)) + " " + verify::opName(c.op) + " n=" +
+                         std::to_string(c.n) + " output " + std::to_string(m) + (c.inPlace && m == 1 ? " (in place)" : "");
+      EXPECT_EQ(verify::compareBuffers(c.type, got.data(), want.data(), c.count, what), "");
+    }
+  }
+  device::streamDestroy(s);
+}
+
 struct Rank {
   ncclComm_t comm;
   void* stream;
