@@ -50,7 +50,7 @@ for stage in $stages; do
     # Simulated GPUs, strict, ranks as threads: about 4 minutes. Not the many-round
     # collectives across GPUs (84 s under TSan): KernelCollProtocol below runs rounds.
     if [ "$stage" = tsan ]; then
-      sim='OneGpu/GpuCollectives.*threads*:GpuSharing.*:GpuCapture.*:GpuStreams.*:SharedGpu.*:GpuSimulator.AnEvent*'
+      sim='OneGpu/GpuCollectives.*threads*:GpuSharing.*:GpuCapture.*:GpuStreams.*:GpuReduceOutputs.*:SharedGpu.*:GpuSimulator.AnEvent*'
       (cd build-tsan && STRATA_GPU_SIM=1 STRATA_GPU_SIM_STRICT=1 timeout 900 tests/gpu_test --gtest_filter="$sim")
       (cd build-tsan && STRATA_GPU_SIM=1 STRATA_GPU_SIM_STRICT=1 NCCL_P2P_DISABLE=1 timeout 900 tests/gpu_test \
         --gtest_filter='OneGpu/GpuCollectives.*threads_2ranks:OneGpu/GpuCollectives.*threads_4ranks')

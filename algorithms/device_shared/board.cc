@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "base/clock.h"
+#include "base/config.h"
 #include "base/doorbell.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -75,7 +76,9 @@ void Board::waitForRun(int rank, uint64_t seq) {
     break;
   }
   try {
-    if (done) device::eventSynchronize(done);
+    if (done && !device::eventSynchronize(done, config().timeoutSec))
+      STRATA_WARN(rank, "leaving ranks that share a GPU: rank 0's last operation, which writes this rank's buffers, "
+                  "did not finish within %.0f s (STRATA_TIMEOUT); leaving anyway", config().timeoutSec);
   } catch (const Error& e) {  // from a destructor: report, never throw
     STRATA_WARN(rank, "leaving ranks that share a GPU: waiting for rank 0's last operation: %s", e.what());
   }

@@ -66,9 +66,9 @@ void finish(ncclComm* h, bool aborting) {
   joinInit(h);
   if (h->impl && !aborting) {
     try {
-      h->impl->waitStreamWork();  // the work its calls enqueued on their streams
+      h->impl->waitStreamWork("ncclCommDestroy");  // the work its calls enqueued on their streams
     } catch (const Error& e) {
-      STRATA_WARN(h->rank, "ncclCommDestroy: waiting for the communicator's stream work: %s", e.what());
+      STRATA_WARN(h->rank, "%s; destroying the communicator anyway", e.what());
     }
   }
   if (h->impl) h->impl->releaseDevice(aborting ? 1.0 : config().timeoutSec);
@@ -201,7 +201,7 @@ void finalizeHandle(ncclComm* h) {
   }
   lock.unlock();
   comm.drainDevice();
-  comm.waitStreamWork();
+  comm.waitStreamWork("ncclCommFinalize");
 }
 
 }  // namespace strata::core

@@ -179,7 +179,7 @@ void Communicator::markStreamWork(void* stream) {
   streamWorkMarked_ = true;
 }
 
-void Communicator::waitStreamWork() {
+void Communicator::waitStreamWork(const char* fn) {
   void* event = nullptr;
   {
     std::lock_guard<std::mutex> lock(streamWorkMutex_);
@@ -187,7 +187,18 @@ void Communicator::waitStreamWork() {
     streamWorkMarked_ = false;
     event = streamWork_;
   }
-  device::eventSynchronize(event);
+  device::OnDevice on(peer(rank()).device);
+  const double limit = config().timeoutSec;
+  if (device::eventSynchronize(event, limit, [this] { return abortRequested(); })) return;
+  {
+    std::lock_guard<std::mutex> lock(streamWorkMutex_);
+    streamWorkMarked_ = true;  // still pending: a later wait (the destroy's) waits again
+  }
+  failIfStopped();
+  fail(ncclSystemError,
+       "rank %d: %s waits for the work this communicator enqueued on its stream, which did not finish within %.0f s "
+       "(STRATA_TIMEOUT): is that stream blocked by other work?",
+       rank(), fn, limit);
 }
 
 Communicator::~Communicator() {

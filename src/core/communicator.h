@@ -127,7 +127,8 @@ class Communicator {
   // streams); markStreamWork after it.
   void orderStreamWork(void* stream);
   void markStreamWork(void* stream);
-  void waitStreamWork();
+  // Bounded by STRATA_TIMEOUT and ended by stop(); throws naming `fn`, the waiting call.
+  void waitStreamWork(const char* fn);
 
   // Error state, as ncclCommGetAsyncError reports it.
   // A device-driven kernel's failure (deviceWords) counts too.

@@ -128,7 +128,7 @@ void runOps(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
   }
   for (auto& [h, op] : ops) {
     readyComm(h, op.fn).drainDevice();
-    readyComm(h, op.fn).waitStreamWork();
+    readyComm(h, op.fn).waitStreamWork(op.fn);
   }
   runHostOps(ops);
 }

@@ -1,8 +1,11 @@
 // gpu.h's functions, served by the backend chosen at first use.
 #include "device/gpu.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -61,7 +64,7 @@ class NoGpus final : public GpuBackend {
   void eventDestroy(void*) override { refuse("events"); }
   void eventRecord(void*, void*) override { refuse("events"); }
   void streamWaitEvent(void*, void*) override { refuse("events"); }
-  void eventSynchronize(void*) override { refuse("events"); }
+  bool eventDone(void*) override { refuse("events"); }
   void graphBegin(void*) override { refuse("CUDA graphs"); }
   void* graphEnd(void*, std::string*) override { refuse("CUDA graphs"); }
   void graphLaunch(void*, void*) override { refuse("CUDA graphs"); }
@@ -204,9 +207,21 @@ void* eventCreate() { return backend().eventCreate(); }
 void eventDestroy(void* event) { backend().eventDestroy(event); }
 void eventRecord(void* event, void* stream) { backend().eventRecord(event, stream); }
 void streamWaitEvent(void* stream, void* event) { backend().streamWaitEvent(stream, event); }
-void eventSynchronize(void* event) {
+bool eventSynchronize(void* event, double seconds, const std::function<bool()>& stop) {
   RelaxedCapture relaxed;
-  backend().eventSynchronize(event);
+  const auto start = std::chrono::steady_clock::now();
+  auto pause = std::chrono::microseconds(0);
+  for (int polls = 0;; ++polls) {
+    if (backend().eventDone(event)) return true;
+    if ((stop && stop()) || std::chrono::steady_clock::now() - start > std::chrono::duration<double>(seconds))
+      return false;
+    if (polls < 64) {
+      std::this_thread::yield();
+    } else {
+      pause = std::min(std::chrono::microseconds(100), pause + std::chrono::microseconds(5));
+      std::this_thread::sleep_for(pause);
+    }
+  }
 }
 void graphBegin(void* stream) { backend().graphBegin(stream); }
 void* graphEnd(void* stream, std::string* why) { return backend().graphEnd(stream, why); }

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "device/cpu_reduce.h"
@@ -79,8 +80,11 @@ void* eventCreate();
 void eventDestroy(void* event);
 void eventRecord(void* event, void* stream);
 void streamWaitEvent(void* stream, void* event);
-// Waits on the host until the event's last mark is reached.
-void eventSynchronize(void* event);
+// Waits on the host until the event's last mark is reached: true then, false once
+// `seconds` passed or `stop` (polled; may be empty) said so first. It polls
+// (cudaEventQuery: a few microseconds of spinning, then sleeps of up to 100 us)
+// because cudaEventSynchronize could not be ended by a timeout or an abort.
+bool eventSynchronize(void* event, double seconds, const std::function<bool()>& stop = {});
 // CUDA graphs, for tools and tests: graphBegin captures `stream` in global mode;
 // graphEnd ends the capture and returns the instantiated graph, or null with *why
 // when the capture failed (an unsafe call during it, ...); graphLaunch replays it.

@@ -77,7 +77,8 @@ class GpuBackend {
   virtual void eventDestroy(void* event) = 0;
   virtual void eventRecord(void* event, void* stream) = 0;
   virtual void streamWaitEvent(void* stream, void* event) = 0;
-  virtual void eventSynchronize(void* event) = 0;
+  // cudaEventQuery: whether the event's last mark was reached (errors throw).
+  virtual bool eventDone(void* event) = 0;
   virtual void graphBegin(void* stream) = 0;
   virtual void* graphEnd(void* stream, std::string* why) = 0;
   virtual void graphLaunch(void* graph, void* stream) = 0;

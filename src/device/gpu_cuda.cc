@@ -96,8 +96,11 @@ class CudaGpus final : public GpuBackend {
   void streamWaitEvent(void* stream, void* event) override {
     checkCuda(cudaStreamWaitEvent(asStream(stream), static_cast<cudaEvent_t>(event), 0), "cudaStreamWaitEvent");
   }
-  void eventSynchronize(void* event) override {
-    checkCuda(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "cudaEventSynchronize");
+  bool eventDone(void* event) override {
+    cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (e == cudaErrorNotReady) return false;
+    checkCuda(e, "cudaEventQuery");
+    return true;
   }
   void graphBegin(void* stream) override {
     checkCuda(cudaStreamBeginCapture(asStream(stream), cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");

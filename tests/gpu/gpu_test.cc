@@ -14,6 +14,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "device/cpu_reduce.h"
@@ -100,7 +101,7 @@ TEST(GpuKernels, MatchTheCpuBitForBit) {
 // same position (in place: every input is read before it is written), 9 inputs fold
 // into the first output, and a one-input uint8 "reduce" copies bits exactly (odd
 // sizes take the element tail). Runs on real and simulated GPUs.
-TEST(GpuKernels, EveryOutputGetsTheSameBitsAndAnOutputMayBeAnInput) {
+TEST(GpuReduceOutputs, EveryOutputGetsTheSameBitsAndAnOutputMayBeAnInput) {
   REQUIRE_GPU();
   device::setCurrentDevice(0);
   void* s = device::streamCreate();
@@ -618,6 +619,60 @@ TEST(GpuStreams, EnqueuedInOrderAndCaptureRefused) {
     return "";
   });
   EXPECT_EQ(failures(results), "");
+}
+
+// Host-buffer operations wait for the communicator's earlier stream-ordered work;
+// behind a stream that never gets there they fail, naming the cause, once
+// STRATA_TIMEOUT passes, or as soon as another thread aborts the communicator:
+// never hang (cudaEventSynchronize could not be ended either way).
+TEST(GpuStreams, AHostOperationBehindABlockedStreamFailsInsteadOfHanging) {
+  REQUIRE_GPU();
+  setenv("STRATA_TIMEOUT", "2", 1);
+  reloadEnvironment();
+  device::setCurrentDevice(0);
+  void* s = device::streamCreate();
+  auto* flag = static_cast<uint64_t*>(device::pinnedAlloc(sizeof(uint64_t)));
+  __atomic_store_n(flag, 0, __ATOMIC_RELEASE);
+  ncclComm_t comm = nullptr;
+  int dev = 0;
+  ASSERT_EQ(ncclCommInitAll(&comm, 1, &dev), ncclSuccess) << ncclGetLastError(nullptr);
+  const size_t count = 1024;
+  DeviceBuffer d(count * sizeof(float));
+  std::vector<float> host(count, 1.0f);
+  auto cs = static_cast<cudaStream_t>(s);
+  device::waitHostFlag(s, flag, 1);  // the stream holds here until the flag is raised
+  ASSERT_EQ(ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, comm, cs), ncclSuccess) << ncclGetLastError(comm);
+  auto seconds = [](auto since) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  ncclResult_t r = ncclAllReduce(host.data(), host.data(), count, ncclFloat32, ncclSum, comm, cs);
+  double waited = seconds(t0);
+  std::string why = ncclGetLastError(comm);
+  EXPECT_EQ(r, ncclSystemError) << why;
+  EXPECT_NE(why.find("STRATA_TIMEOUT"), std::string::npos) << why;
+  EXPECT_GE(waited, 1.5);
+  EXPECT_LT(waited, 30.0);
+
+  setenv("STRATA_TIMEOUT", "300", 1);
+  reloadEnvironment();
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ncclCommAbort(comm);
+  });
+  t0 = std::chrono::steady_clock::now();
+  r = ncclAllReduce(host.data(), host.data(), count, ncclFloat32, ncclSum, comm, cs);
+  waited = seconds(t0);
+  aborter.join();
+  EXPECT_NE(r, ncclSuccess);
+  EXPECT_GE(waited, 0.2) << "the second host operation did not wait for the stream";
+  EXPECT_LT(waited, 30.0) << "the abort did not end the wait";
+  __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+  device::streamSynchronize(s);
+  device::streamDestroy(s);
+  device::pinnedFree(flag);
+  unsetenv("STRATA_TIMEOUT");
+  reloadEnvironment();
 }
 
 }  // namespace
