@@ -88,6 +88,28 @@ void copyToAll(const std::vector<void*>& outs, const void* src, size_t bytes, vo
   for (void* out : outs) device::gpuCopy(out, src, bytes, stream);
 }
 
+// Block q of rank r's input into block r of rank q's output. A rank in place (its
+// output is its input) would have a block overwritten before it is sent: such
+// inputs are copied into scratch first.
+void allToAll(const std::vector<SharedPost>& posts, size_t bytes, void* stream, Scratch& scratch) {
+  const int n = static_cast<int>(posts.size());
+  const size_t wide = bytes * n;
+  std::vector<const char*> in(n);
+  size_t staged = 0;
+  for (int r = 0; r < n; ++r) staged += overlaps(posts[r].sendbuff, posts[r].recvbuff, wide) ? wide : 0;
+  char* room = staged ? scratch.get(staged) : nullptr;
+  for (int r = 0; r < n; ++r) {
+    in[r] = static_cast<const char*>(posts[r].sendbuff);
+    if (!overlaps(posts[r].sendbuff, posts[r].recvbuff, wide)) continue;
+    device::gpuCopy(room, in[r], wide, stream);
+    in[r] = room;
+    room += wide;
+  }
+  for (int r = 0; r < n; ++r)
+    for (int q = 0; q < n; ++q)
+      device::gpuCopy(static_cast<char*>(posts[q].recvbuff) + bytes * r, in[r] + bytes * q, bytes, stream);
+}
+
 }  // namespace
 
 Scratch::~Scratch() {
@@ -166,6 +188,17 @@ void enqueueShared(const std::vector<SharedPost>& posts, void* stream, Scratch& 
         for (int q = 0; q < n; ++q) outs[q] = static_cast<char*>(posts[q].recvbuff) + bytes * r;
         copyToAll(outs, posts[r].sendbuff, bytes, stream);
       }
+      break;
+    case Collective::kGather:  // rank r's input into block r of the root's output
+      for (int r = 0; r < n; ++r)
+        device::gpuCopy(static_cast<char*>(posts[a.root].recvbuff) + bytes * r, posts[r].sendbuff, bytes, stream);
+      break;
+    case Collective::kScatter:  // block r of the root's input into rank r's output
+      for (int r = 0; r < n; ++r)
+        device::gpuCopy(posts[r].recvbuff, static_cast<const char*>(posts[a.root].sendbuff) + bytes * r, bytes, stream);
+      break;
+    case Collective::kAllToAll:
+      allToAll(posts, bytes, stream, scratch);
       break;
     default:
       fail(ncclInternalError, "ranks sharing a GPU: %s is not served", collectiveName(a.coll));

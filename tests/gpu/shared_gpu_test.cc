@@ -133,6 +133,53 @@ TEST(SharedGpu, AHostOperationWaitsForEarlierDeviceWork) {
   }), "");
 }
 
+// In place: an all-to-all whose every rank's output is its input (each block must
+// be sent before it is overwritten), a gather whose root's input is its block of
+// the output, a scatter whose root's output is its block of the input. Values
+// name the sending rank and block, so a block read after it was overwritten shows.
+TEST(SharedGpu, PairwiseCollectivesInPlaceAreExact) {
+  REQUIRE_GPU();
+  EXPECT_EQ(onGpu0(3, [](int rank, ncclComm_t comm, cudaStream_t s) -> std::string {
+    const int n = 3, root = 1;
+    const size_t count = 1000;  // 4000-byte blocks: off 16-byte multiples past the first
+    DeviceBuffer d(count * n * sizeof(float));
+    std::vector<float> v(count * n);
+    auto value = [](int from, int block, size_t i) { return static_cast<float>(from * 100000 + block * 1000 + i % 1000); };
+    for (int q = 0; q < n; ++q)
+      for (size_t i = 0; i < count; ++i) v[q * count + i] = value(rank, q, i);
+    device::copySync(d.p, v.data(), v.size() * sizeof(float));
+    RANK_NCCL(ncclAlltoAll(d.p, d.p, count, ncclFloat32, comm, s));
+    device::streamSynchronize(s);
+    std::vector<float> got = downloadFloats(d.p, count * n);
+    for (int q = 0; q < n; ++q)  // block q now holds rank q's block `rank`
+      for (size_t i = 0; i < count; ++i)
+        if (got[q * count + i] != value(q, rank, i))
+          return "all-to-all in place: block " + std::to_string(q) + " element " + std::to_string(i) + " is " +
+                 std::to_string(got[q * count + i]) + ", expected " + std::to_string(value(q, rank, i));
+    // Gather: every rank's block `rank`, which now holds its own block `rank`
+    // (in place at the root: already there).
+    RANK_NCCL(ncclGather(d.at(rank * count * sizeof(float)), d.p, count, ncclFloat32, root, comm, s));
+    device::streamSynchronize(s);
+    got = downloadFloats(d.p, count * n);
+    for (int q = 0; rank == root && q < n; ++q)
+      for (size_t i = 0; i < count; ++i)
+        if (got[q * count + i] != value(q, q, i))
+          return "gather in place: block " + std::to_string(q) + " element " + std::to_string(i) + " is " +
+                 std::to_string(got[q * count + i]) + ", expected " + std::to_string(value(q, q, i));
+    // Scatter: the root's block q to rank q (in place at the root).
+    for (size_t i = 0; i < count * n; ++i) v[i] = static_cast<float>(rank == root ? i : 0);
+    device::copySync(d.p, v.data(), v.size() * sizeof(float));
+    RANK_NCCL(ncclScatter(d.p, d.at(rank * count * sizeof(float)), count, ncclFloat32, root, comm, s));
+    device::streamSynchronize(s);
+    got = downloadFloats(d.at(rank * count * sizeof(float)), count);
+    ncclCommDestroy(comm);
+    for (size_t i = 0; i < count; ++i)
+      if (got[i] != static_cast<float>(rank * count + i))
+        return "scatter in place: element " + std::to_string(i) + " is " + std::to_string(got[i]);
+    return "";
+  }), "");
+}
+
 // Rank 1's call differs from rank 0's (twice the count; another reduction): both
 // calls fail, naming rank 1. (A count of zero is no operation at all, as with NCCL:
 // the executor drops it before any algorithm sees it.)
