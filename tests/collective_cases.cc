@@ -3,7 +3,9 @@
 // every root.
 #include "collective_cases.h"
 
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "device/dtypes.h"
 #include "harness/ranks.h"
@@ -23,6 +25,16 @@ constexpr ncclDataType_t kAllTypes[] = {ncclInt8,    ncclUint8,   ncclInt32,    
 
 std::vector<size_t> countsFor(int n) { return {0, 1, static_cast<size_t>(n > 1 ? n - 1 : 2), static_cast<size_t>(n), 1031}; }
 constexpr size_t kLargeCount = 300007;  // several staging slots per channel, not a multiple of anything
+
+// STRATA_TEST_COLLECTIVES (tests only; a comma-separated list of NCCL's names, e.g.
+// "AllReduce,Broadcast"): the ctest variants that change one collective's algorithm
+// run only the cases it changes. Unset: every collective.
+bool wanted(const char* coll) {
+  const char* only = getenv("STRATA_TEST_COLLECTIVES");
+  if (!only || !*only) return true;
+  std::string list = std::string(",") + only + ",";
+  return list.find(std::string(",") + coll + ",") != std::string::npos;
+}
 
 // Creates the NCCL op for a test op (a pre-multiplied sum is made per call, as PyTorch does).
 struct OpHandle {
@@ -57,6 +69,7 @@ std::string label(const char* coll, ncclDataType_t type, TestOp op, size_t count
 // All-reduce, reduce-scatter or reduce of one case.
 std::string reduceCase(ncclComm_t comm, int rank, int n, const char* coll, ncclDataType_t type, TestOp op,
                        size_t count, bool inPlace, int root) {
+  if (!wanted(coll)) return "";
   bool rs = strcmp(coll, "ReduceScatter") == 0;
   size_t es = dtypeSize(type);
   size_t inCount = rs ? count * n : count;
@@ -81,6 +94,7 @@ std::string reduceCase(ncclComm_t comm, int rank, int n, const char* coll, ncclD
 
 std::string gatherCase(ncclComm_t comm, int rank, int n, const char* coll, ncclDataType_t type, size_t count,
                        bool inPlace, int root) {
+  if (!wanted(coll)) return "";
   size_t es = dtypeSize(type);
   bool ag = strcmp(coll, "AllGather") == 0;
   auto mine = makeBuffer(type, count, [&](size_t i) { return movedValue(rank, i, type); });
@@ -102,6 +116,7 @@ std::string gatherCase(ncclComm_t comm, int rank, int n, const char* coll, ncclD
 // Broadcast and scatter: data flows out of the root.
 std::string scatterCase(ncclComm_t comm, int rank, int n, const char* coll, ncclDataType_t type, size_t count,
                         bool inPlace, int root) {
+  if (!wanted(coll)) return "";
   size_t es = dtypeSize(type);
   bool bc = strcmp(coll, "Broadcast") == 0;
   size_t total = bc ? count : count * n;
@@ -119,6 +134,7 @@ std::string scatterCase(ncclComm_t comm, int rank, int n, const char* coll, nccl
 }
 
 std::string alltoallCase(ncclComm_t comm, int rank, int n, ncclDataType_t type, size_t count, bool inPlace) {
+  if (!wanted("AlltoAll")) return "";
   size_t es = dtypeSize(type);
   // Rank r's piece j holds values tagged (r, j).
   auto input = makeBuffer(type, count * n, [&](size_t i) { return movedValue(rank * n + i / count, i % count, type); });
