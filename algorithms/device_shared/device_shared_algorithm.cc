@@ -150,10 +150,14 @@ class DeviceShared final : public Algorithm {
   bool applies(const TuneRequest& r) const override {
     return r.streamOrdered && r.oneGpuThreads && r.nranks > 1 && r.nranks <= kMaxRanks;
   }
-  // The events and launches rank 0 enqueues, and one pass over every input and output.
+  // The events and launches rank 0 enqueues (a reduction or broadcast is one kernel,
+  // an all-gather, gather or scatter one per rank, an all-to-all one per pair), and
+  // one pass over every input and output.
   double costUs(const TuneRequest& r, Protocol) const override {
-    double n = r.nranks;
-    return kLaunchUs * (n + 2) + 2.0 * n * static_cast<double>(r.bytes) / kCopyBytesPerUs;
+    double n = r.nranks, kernels = 1;
+    if (r.coll == Collective::kAllGather || r.coll == Collective::kGather || r.coll == Collective::kScatter) kernels = n;
+    if (r.coll == Collective::kAllToAll) kernels = n * n;
+    return kLaunchUs * (n + 1 + kernels) + 2.0 * n * static_cast<double>(r.bytes) / kCopyBytesPerUs;
   }
   // Every rank joins its board when the communicator is made, so a rank destroyed
   // or aborted before its first call still releases the others (Board::leave).
