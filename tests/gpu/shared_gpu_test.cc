@@ -180,6 +180,33 @@ TEST(SharedGpu, PairwiseCollectivesInPlaceAreExact) {
   }), "");
 }
 
+// The most ranks DeviceShared takes (8: the reduce kernel's outputs in one launch)
+// and one more (9: the blocking path): an all-reduce in place and out of place,
+// and an all-gather, exact, with 16-byte-aligned and odd element counts.
+TEST(SharedGpu, EightRanksAndNineAreExact) {
+  REQUIRE_GPU();
+  for (int n : {8, 9}) {
+    EXPECT_EQ(onGpu0(n, [n](int rank, ncclComm_t comm, cudaStream_t s) -> std::string {
+      for (size_t count : {size_t{4096}, size_t{1031}}) {
+        DeviceBuffer a(count * sizeof(float)), b(count * sizeof(float)), all(count * n * sizeof(float));
+        fill(a.p, count, static_cast<float>(rank + 1));
+        RANK_NCCL(ncclAllReduce(a.p, b.p, count, ncclFloat32, ncclSum, comm, s));  // out of place
+        RANK_NCCL(ncclAllReduce(a.p, a.p, count, ncclFloat32, ncclSum, comm, s));  // in place
+        fill(all.p, count * n, -1.0f);
+        RANK_NCCL(ncclAllGather(b.p, all.p, count, ncclFloat32, comm, s));
+        device::streamSynchronize(s);
+        const float sum = static_cast<float>(n * (n + 1) / 2);
+        std::string what = std::to_string(n) + " ranks, count " + std::to_string(count);
+        if (auto e = expectAll(downloadFloats(a.p, count), sum, "all-reduce in place, " + what); !e.empty()) return e;
+        if (auto e = expectAll(downloadFloats(all.p, count * n), sum, "all-gather of the sums, " + what); !e.empty())
+          return e;
+      }
+      ncclCommDestroy(comm);
+      return "";
+    }), "") << n << " ranks";
+  }
+}
+
 // Rank 1's call differs from rank 0's (twice the count; another reduction): both
 // calls fail, naming rank 1. (A count of zero is no operation at all, as with NCCL:
 // the executor drops it before any algorithm sees it.)
