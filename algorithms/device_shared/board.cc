@@ -72,7 +72,7 @@ void Board::waitForRun(int rank, uint64_t seq) {
   for (Deadline d(kPublishWaitSec); !d.expired(); std::this_thread::sleep_for(std::chrono::milliseconds(1))) {
     std::lock_guard<std::mutex> lock(mu_);
     if (published_ < seq) continue;
-    if (published_ == seq && code_ == ncclSuccess) done = done_;
+    if (published_ == seq && code_ == ncclSuccess && !captured_) done = done_;
     break;
   }
   try {
@@ -109,11 +109,12 @@ bool Board::collect(uint64_t seq, std::vector<SharedPost>* out, int* missing) {
   return true;
 }
 
-void Board::publish(uint64_t seq, void* done, ncclResult_t code, const std::string& error) {
+void Board::publish(uint64_t seq, void* done, ncclResult_t code, const std::string& error, bool captured) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     published_ = seq;
     done_ = done;
+    captured_ = captured;
     code_ = code;
     error_ = error;
   }

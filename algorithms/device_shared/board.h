@@ -21,7 +21,7 @@ namespace strata::algorithms::device_shared {
 struct SharedPost : CollectiveOp {
   uint64_t seq = 0;       // the communicator's operations, counted from 1 on every rank
   void* ready = nullptr;  // an event: the poster's stream up to its call
-  std::string refused;    // why this rank cannot take part (its stream is being captured)
+  uint64_t capture = 0;   // the CUDA graph capture its stream belongs to (0: none)
 };
 
 class Board {
@@ -52,8 +52,9 @@ class Board {
   // by rank); else `missing` is the first rank that has not, or that left.
   bool collect(uint64_t seq, std::vector<SharedPost>* out, int* missing);
   // Rank 0: operation `seq` is enqueued and `done` marks its end on rank 0's stream,
-  // or it failed (`code`, `error`); wakes every rank.
-  void publish(uint64_t seq, void* done, ncclResult_t code, const std::string& error);
+  // or it failed (`code`, `error`); wakes every rank. `captured`: it was recorded
+  // into a CUDA graph, so it runs when the graph does and nobody leaving waits for it.
+  void publish(uint64_t seq, void* done, ncclResult_t code, const std::string& error, bool captured = false);
   // The others: true once operation `seq` was published (its event, or its failure).
   bool finished(uint64_t seq, void** done, ncclResult_t* code, std::string* error) const;
 
@@ -70,6 +71,7 @@ class Board {
   uint64_t collected_ = 0;  // the last operation rank 0 took the posts of
   uint64_t published_ = 0;
   void* done_ = nullptr;
+  bool captured_ = false;
   ncclResult_t code_ = ncclSuccess;
   std::string error_;
 };

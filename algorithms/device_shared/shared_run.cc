@@ -115,6 +115,7 @@ void allToAll(const std::vector<SharedPost>& posts, size_t bytes, void* stream, 
 Scratch::~Scratch() {
   try {
     if (p_) device::gpuFree(p_);
+    for (void* p : kept_) device::gpuFree(p);
   } catch (const Error& e) {
     STRATA_WARN(-1, "freeing the scratch of ranks sharing a GPU: %s", e.what());
   }
@@ -124,7 +125,8 @@ char* Scratch::get(size_t bytes) {
   if (bytes > bytes_) {
     // cudaFree waits for the whole device (rank 0 stalls once per growth); nothing
     // this algorithm enqueues waits for a host, so that wait ends.
-    if (p_) device::gpuFree(p_);
+    if (p_ && keep_) kept_.push_back(p_);
+    else if (p_) device::gpuFree(p_);
     p_ = nullptr;
     bytes_ = 0;
     p_ = device::gpuAlloc(bytes);
@@ -147,6 +149,16 @@ void checkAlike(const std::vector<SharedPost>& posts, const char* fn) {
     if (b.op.kind != a.op.kind || b.op.postDivide != a.op.postDivide)
       fail(ncclInvalidUsage, "%s: rank %zu reduces with another operation than rank 0 (every rank must pass the same "
            "ncclRedOp_t)", fn, r);
+    // Rank 0's stream runs the whole operation: a capture holds it only if every
+    // rank's stream is in that capture (one thread driving every rank, as with
+    // ncclCommInitAll and a group, on one stream or streams joined into its capture).
+    if (b.capture != a.capture)
+      fail(ncclInvalidUsage,
+           "%s: rank %zu's stream is %s and rank 0's %s: ranks sharing one GPU run each operation on rank 0's stream, "
+           "so a CUDA graph can capture it only when every rank's stream is in the same capture (one thread driving "
+           "every rank in a group); separate captures per rank are not supported",
+           fn, r, b.capture ? "being captured" : "not being captured",
+           a.capture == 0 ? "is not" : b.capture ? "is in another capture" : "is");
   }
 }
 

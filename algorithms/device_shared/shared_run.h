@@ -17,14 +17,20 @@ class Scratch {
   Scratch& operator=(const Scratch&) = delete;
   ~Scratch();
   char* get(size_t bytes);
+  // A CUDA graph captured an operation that uses this memory: from now on growing
+  // keeps the old buffer (until destruction) instead of freeing it under the graph.
+  void keepForGraphs() { keep_ = true; }
 
  private:
   void* p_ = nullptr;
   size_t bytes_ = 0;
+  bool keep_ = false;
+  std::vector<void*> kept_;
 };
 
 // Throws ncclInvalidUsage naming the first rank whose call differs from rank 0's
-// (collective, count, type or root): each rank's buffers are sized by its own call.
+// (collective, count, type, root, reduction, or the CUDA graph capture its stream
+// belongs to): each rank's buffers are sized by its own call.
 void checkAlike(const std::vector<SharedPost>& posts, const char* fn);
 
 // Enqueues the operation of `posts` (every rank's part, by rank; at most 8 ranks)

@@ -33,7 +33,7 @@ class NoGpus final : public GpuBackend {
   }
   void prepare(void*, const void*, size_t, ncclDataType_t, const ReduceOp&, void*) override { refuse("device kernels"); }
   void copy(void*, const void*, size_t, void*) override { refuse("device kernels"); }
-  bool capturing(void*) override { return false; }
+  uint64_t captureId(void*) override { return 0; }
   void* pinnedAlloc(size_t) override { refuse("pinned memory"); }
   void pinnedFree(void*) override { refuse("pinned memory"); }
   void copyAsync(void*, const void*, size_t, void*) override { refuse("copies"); }
@@ -227,9 +227,10 @@ void graphBegin(void* stream) { backend().graphBegin(stream); }
 void* graphEnd(void* stream, std::string* why) { return backend().graphEnd(stream, why); }
 void graphLaunch(void* graph, void* stream) { backend().graphLaunch(graph, stream); }
 void graphDestroy(void* graph) { backend().graphDestroy(graph); }
-bool streamCapturing(void* stream) {
+bool streamCapturing(void* stream) { return streamCaptureId(stream) != 0; }
+uint64_t streamCaptureId(void* stream) {
   RelaxedCapture relaxed;
-  return backend().capturing(stream);
+  return backend().captureId(stream);
 }
 void* pinnedAlloc(size_t bytes) {
   freeKept();

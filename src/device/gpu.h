@@ -97,6 +97,9 @@ void graphDestroy(void* graph);
 // Stream-ordered pieces of the host-staged device path (core/device_proxy.h).
 // True while `stream` is being captured into a CUDA graph.
 bool streamCapturing(void* stream);
+// The capture sequence `stream` belongs to (streams joined into one capture share
+// it), 0 when it is not being captured.
+uint64_t streamCaptureId(void* stream);
 // Page-locked host memory, mapped for the GPU and usable from any device.
 void* pinnedAlloc(size_t bytes);
 void pinnedFree(void* p);

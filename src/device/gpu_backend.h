@@ -30,7 +30,8 @@ class GpuBackend {
   virtual void prepare(void* dst, const void* src, size_t count, ncclDataType_t type, const ReduceOp& op,
                        void* stream) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes, void* stream) = 0;
-  virtual bool capturing(void* stream) = 0;
+  // cudaStreamGetCaptureInfo: the capture sequence `stream` belongs to, 0 when none.
+  virtual uint64_t captureId(void* stream) = 0;
   virtual void* pinnedAlloc(size_t bytes) = 0;
   virtual void pinnedFree(void* p) = 0;
   virtual void copyAsync(void* dst, const void* src, size_t bytes, void* stream) = 0;

@@ -122,11 +122,12 @@ class CudaGpus final : public GpuBackend {
     checkCuda(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), asStream(stream)), "cudaGraphLaunch");
   }
   void graphDestroy(void* graph) override { checkCuda(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph)), "cudaGraphExecDestroy"); }
-  bool capturing(void* stream) override {
-    if (count_ == 0) return false;
+  uint64_t captureId(void* stream) override {
+    if (count_ == 0) return 0;
     cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-    checkCuda(cudaStreamIsCapturing(asStream(stream), &st), "cudaStreamIsCapturing");
-    return st != cudaStreamCaptureStatusNone;
+    unsigned long long id = 0;
+    checkCuda(cudaStreamGetCaptureInfo(asStream(stream), &st, &id), "cudaStreamGetCaptureInfo");
+    return st == cudaStreamCaptureStatusNone ? 0 : id + 1;  // + 1: an id of 0 would read as "none"
   }
   void* pinnedAlloc(size_t bytes) override {
     void* p = nullptr;

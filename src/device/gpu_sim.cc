@@ -209,10 +209,12 @@ class SimGpus final : public GpuBackend {
     for (int d = 0; d < kMaxSimGpus; ++d) n += deviceWork(d).unalignedKernels.load();
     return n;
   }
-  bool capturing(void* stream) override {
-    if (!stream) sim::unsafeDuringCapture("cudaStreamIsCapturing on the legacy stream");
-    if (sim::recording(stream)) return true;
-    return arena().captureThread.load() && arena().captureStream.load() == reinterpret_cast<uintptr_t>(stream);
+  // A simulated capture records one stream: its id is the stream's handle.
+  uint64_t captureId(void* stream) override {
+    if (!stream) sim::unsafeDuringCapture("cudaStreamGetCaptureInfo on the legacy stream");
+    auto id = reinterpret_cast<uintptr_t>(stream);
+    if (sim::recording(stream)) return id;
+    return arena().captureThread.load() && arena().captureStream.load() == id ? id : 0;
   }
   int exchangeCaptureMode(int mode) override { return sim::exchangeCaptureMode(mode); }
   bool simulateCapture(void* stream, bool begin) override {

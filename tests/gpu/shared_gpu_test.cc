@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <string>
@@ -90,6 +91,60 @@ TEST(SharedGpu, OneThreadDrivesEveryRankOnOneStream) {
       EXPECT_EQ(expectAll(std::vector<float>(got.begin() + q * count, got.begin() + (q + 1) * count), q + 1.0f,
                           "all-gather rank " + std::to_string(r) + " block " + std::to_string(q)), "");
   }
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+  device::streamDestroy(stream);
+}
+
+// One thread drives every rank on one stream and captures the group into a CUDA
+// graph (every rank's stream is in the one capture, so rank 0's stream may run the
+// whole operation inside it): an all-reduce out of place and an in-place all-to-all
+// (whose inputs go through scratch memory the replays keep using), replayed three
+// times with new inputs, exact every time.
+TEST(SharedGpu, OneThreadCapturesEveryRankAndReplaysExactly) {
+  REQUIRE_GPU();
+  const int n = 3;
+  const size_t count = 1000;
+  device::setCurrentDevice(0);
+  std::vector<ncclComm_t> comms(n);
+  int devs[n] = {0, 0, 0};
+  ASSERT_EQ(ncclCommInitAll(comms.data(), n, devs), ncclSuccess) << ncclGetLastError(nullptr);
+  void* stream = device::streamCreate();
+  auto cs = static_cast<cudaStream_t>(stream);
+  std::vector<DeviceBuffer> in, out, all;
+  for (int r = 0; r < n; ++r) {
+    in.emplace_back(count * sizeof(float));
+    out.emplace_back(count * sizeof(float));
+    all.emplace_back(count * n * sizeof(float));
+  }
+  std::string err;
+  void* graph = captureGroup(stream, comms[0], [&] {
+    bool ok = ncclGroupStart() == ncclSuccess;
+    for (int r = 0; r < n; ++r) ok = ok && ncclAllReduce(in[r].p, out[r].p, count, ncclFloat32, ncclSum, comms[r], cs) == ncclSuccess;
+    for (int r = 0; r < n; ++r) ok = ok && ncclAlltoAll(all[r].p, all[r].p, count / n, ncclFloat32, comms[r], cs) == ncclSuccess;
+    return ncclGroupEnd() == ncclSuccess && ok;
+  }, &err);
+  ASSERT_NE(graph, nullptr) << err;
+  const size_t block = count / n;
+  for (int k = 1; k <= 3; ++k) {
+    for (int r = 0; r < n; ++r) {
+      fill(in[r].p, count, static_cast<float>(k * (r + 1)));
+      std::vector<float> v(block * n);
+      for (int q = 0; q < n; ++q) std::fill(v.begin() + q * block, v.begin() + (q + 1) * block, k * 100.0f + r * 10 + q);
+      device::copySync(all[r].p, v.data(), v.size() * sizeof(float));
+    }
+    device::graphLaunch(graph, stream);
+    device::streamSynchronize(stream);
+    std::string replay = "replay " + std::to_string(k) + ", rank ";
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(expectAll(downloadFloats(out[r].p, count), 6.0f * k, replay + std::to_string(r) + " all-reduce"), "");
+      std::vector<float> got = downloadFloats(all[r].p, block * n);
+      for (int q = 0; q < n; ++q)  // block q: rank q's block r
+        EXPECT_EQ(expectAll(std::vector<float>(got.begin() + q * block, got.begin() + (q + 1) * block),
+                            k * 100.0f + q * 10 + r, replay + std::to_string(r) + " all-to-all block " + std::to_string(q)),
+                  "");
+    }
+  }
+  device::graphDestroy(graph);
   for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
   device::streamDestroy(stream);
 }
