@@ -36,6 +36,7 @@ Board::~Board() {
     for (void* e : ready_)
       if (e) device::eventDestroy(e);
     if (doneEvent_) device::eventDestroy(doneEvent_);
+    if (graphDoneEvent_) device::eventDestroy(graphDoneEvent_);
   } catch (const Error& e) {
     STRATA_WARN(-1, "destroying the events of ranks sharing a GPU: %s", e.what());
   }
@@ -51,6 +52,12 @@ void* Board::doneEvent() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!doneEvent_) doneEvent_ = device::eventCreate();
   return doneEvent_;
+}
+
+void* Board::graphDoneEvent() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!graphDoneEvent_) graphDoneEvent_ = device::eventCreate();
+  return graphDoneEvent_;
 }
 
 void Board::leave(int rank) {
@@ -72,7 +79,9 @@ void Board::waitForRun(int rank, uint64_t seq) {
   for (Deadline d(kPublishWaitSec); !d.expired(); std::this_thread::sleep_for(std::chrono::milliseconds(1))) {
     std::lock_guard<std::mutex> lock(mu_);
     if (published_ < seq) continue;
-    if (published_ == seq && code_ == ncclSuccess && !captured_) done = done_;
+    // The last ordinary operation's event covers every earlier one (rank 0's streams
+    // are ordered one after another); a captured one runs only when its graph does.
+    if (lastRun_ > 0) done = doneEvent_;
     break;
   }
   try {
@@ -114,7 +123,7 @@ void Board::publish(uint64_t seq, void* done, ncclResult_t code, const std::stri
     std::lock_guard<std::mutex> lock(mu_);
     published_ = seq;
     done_ = done;
-    captured_ = captured;
+    if (code == ncclSuccess && !captured) lastRun_ = seq;
     code_ = code;
     error_ = error;
   }

@@ -39,6 +39,10 @@ class Board {
   // event): `rank`'s ready event, and rank 0's done event.
   void* readyEvent(int rank);
   void* doneEvent();
+  // Rank 0's done event for operations captured into a CUDA graph: a capture's record
+  // leaves an event unqueryable, and the done event of ordinary operations must stay
+  // queryable for ranks that leave (leave()).
+  void* graphDoneEvent();
 
   // `rank` left (its communicator was destroyed or aborted): its post is withdrawn,
   // and whoever waits for it stops. If rank 0 had already taken the post, this waits
@@ -68,10 +72,11 @@ class Board {
   std::vector<std::shared_ptr<Doorbell>> bells_;
   std::vector<void*> ready_;
   void* doneEvent_ = nullptr;
+  void* graphDoneEvent_ = nullptr;
+  uint64_t lastRun_ = 0;  // the last operation published with an ordinary (not captured) done event
   uint64_t collected_ = 0;  // the last operation rank 0 took the posts of
   uint64_t published_ = 0;
   void* done_ = nullptr;
-  bool captured_ = false;
   ncclResult_t code_ = ncclSuccess;
   std::string error_;
 };

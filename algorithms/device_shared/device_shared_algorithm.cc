@@ -10,6 +10,8 @@
 // staged through host memory (DeviceProxy::runBlocking): on an H200, 26 us for
 // 8 bytes and 0.6 GB/s busbw at 128 MiB.
 #include <exception>
+#include <memory>
+#include <vector>
 
 #include "algorithms/algorithm.h"
 #include "algorithms/device_shared/board.h"
@@ -27,14 +29,17 @@ constexpr double kCopyBytesPerUs = 2.0e6;  // bytes read plus written per micros
 constexpr int kMaxRanks = 8;
 constexpr uint64_t kLane = linkId("device.shared");
 
-// Per communicator: its board, its events (the board's), and rank 0's scratch memory.
+// Per communicator: its board, its events (the board's), and rank 0's scratch memory
+// (its own for each operation a CUDA graph captured: the graph's replays use it).
 struct SharedState {
   std::shared_ptr<Board> board;
   int rank = -1;
   uint64_t seq = 0;
   void* ready = nullptr;       // this rank's
   void* done = nullptr;        // rank 0's
+  void* graphDone = nullptr;   // rank 0's, in captures
   Scratch scratch, temp;
+  std::vector<std::unique_ptr<Scratch>> graphScratch;
   SharedState() = default;
   SharedState(const SharedState&) = delete;
   SharedState& operator=(const SharedState&) = delete;
@@ -90,15 +95,18 @@ class SharedTask final : public Task {
     }
     done_ = true;
     const bool captured = mine_.capture != 0;
+    void* doneEvent = captured ? st_->graphDone : st_->done;
     try {
       checkAlike(posts, fn_);  // captures included: a stream waits only for events of its own capture
-      if (captured) {  // the graph's replays use this memory after the call
-        st_->scratch.keepForGraphs();
-        st_->temp.keepForGraphs();
+      Scratch* scratch = &st_->scratch;
+      Scratch* temp = &st_->temp;
+      if (captured) {  // memory of this graph alone, kept while the communicator lives
+        scratch = st_->graphScratch.emplace_back(std::make_unique<Scratch>(true)).get();
+        temp = st_->graphScratch.emplace_back(std::make_unique<Scratch>(true)).get();
       }
       for (int r = 1; r < n_; ++r) device::streamWaitEvent(stream_, posts[r].ready);
-      enqueueShared(posts, stream_, st_->scratch, st_->temp);
-      device::eventRecord(st_->done, stream_);
+      enqueueShared(posts, stream_, *scratch, *temp);
+      device::eventRecord(doneEvent, stream_);
     } catch (const Error& e) {  // the others fail alike, whatever the cause
       st_->board->publish(mine_.seq, nullptr, e.code(), e.what());
       throw;
@@ -106,7 +114,7 @@ class SharedTask final : public Task {
       st_->board->publish(mine_.seq, nullptr, ncclInternalError, e.what());
       throw;
     }
-    st_->board->publish(mine_.seq, st_->done, ncclSuccess, "", captured);
+    st_->board->publish(mine_.seq, doneEvent, ncclSuccess, "", captured);
     return true;
   }
 
@@ -177,6 +185,7 @@ class DeviceShared final : public Algorithm {
       device::OnDevice on(dev);
       st->ready = st->board->readyEvent(st->rank);
       if (st->rank == 0) st->done = st->board->doneEvent();
+      if (st->rank == 0) st->graphDone = st->board->graphDoneEvent();
     }
     SharedPost mine;
     static_cast<CollectiveOp&>(mine) = op;

@@ -125,11 +125,11 @@ char* Scratch::get(size_t bytes) {
   if (bytes > bytes_) {
     // cudaFree waits for the whole device (rank 0 stalls once per growth); nothing
     // this algorithm enqueues waits for a host, so that wait ends.
-    if (p_ && keep_) kept_.push_back(p_);
+    if (p_ && forGraph_) kept_.push_back(p_);
     else if (p_) device::gpuFree(p_);
     p_ = nullptr;
     bytes_ = 0;
-    p_ = device::gpuAlloc(bytes);
+    p_ = device::gpuAlloc(bytes, forGraph_);
     bytes_ = bytes;
   }
   return static_cast<char*>(p_);
@@ -150,8 +150,8 @@ void checkAlike(const std::vector<SharedPost>& posts, const char* fn) {
       fail(ncclInvalidUsage, "%s: rank %zu reduces with another operation than rank 0 (every rank must pass the same "
            "ncclRedOp_t)", fn, r);
     // Rank 0's stream runs the whole operation: a capture holds it only if every
-    // rank's stream is in that capture (one thread driving every rank, as with
-    // ncclCommInitAll and a group, on one stream or streams joined into its capture).
+    // rank's stream is in that capture (one thread driving every rank on one stream,
+    // as with ncclCommInitAll and a group).
     if (b.capture != a.capture)
       fail(ncclInvalidUsage,
            "%s: rank %zu's stream is %s and rank 0's %s: ranks sharing one GPU run each operation on rank 0's stream, "

@@ -9,23 +9,22 @@
 namespace strata::algorithms::device_shared {
 
 // Device memory for the pre-multiplied inputs of ncclRedOpCreatePreMulSum, grown
-// on demand, on the communicator's GPU.
+// on demand, on the communicator's GPU. `forGraph`: memory of one operation a CUDA
+// graph captured, which its replays use while the communicator lives: allocated
+// without freeing anything first, and never freed when it grows.
 class Scratch {
  public:
-  Scratch() = default;
+  explicit Scratch(bool forGraph = false) : forGraph_(forGraph) {}
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
   ~Scratch();
   char* get(size_t bytes);
-  // A CUDA graph captured an operation that uses this memory: from now on growing
-  // keeps the old buffer (until destruction) instead of freeing it under the graph.
-  void keepForGraphs() { keep_ = true; }
 
  private:
+  const bool forGraph_;
   void* p_ = nullptr;
   size_t bytes_ = 0;
-  bool keep_ = false;
-  std::vector<void*> kept_;
+  std::vector<void*> kept_;  // outgrown, of a graph
 };
 
 // Throws ncclInvalidUsage naming the first rank whose call differs from rank 0's

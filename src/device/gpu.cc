@@ -180,8 +180,8 @@ void holdFrees() {
 }
 void releaseFrees() { keptFrees().holds.fetch_sub(1); }
 
-void* gpuAlloc(size_t bytes) {
-  freeKept();
+void* gpuAlloc(size_t bytes, bool duringCapture) {
+  if (!duringCapture) freeKept();
   RelaxedCapture relaxed;
   return backend().alloc(bytes);
 }

@@ -27,7 +27,9 @@ int currentDevice();
 
 // Device memory for ncclMemAlloc / ncclMemFree on the current device. Throws
 // Error(ncclUnhandledCudaError) with CUDA's message.
-void* gpuAlloc(size_t bytes);
+// `duringCapture`: the caller's stream is being captured into a CUDA graph, so the
+// memory kept by holdFrees is not freed first (cudaFree would synchronise the device).
+void* gpuAlloc(size_t bytes, bool duringCapture = false);
 void gpuFree(void* p);
 
 // Frees that synchronise a device (cudaFree, cudaFreeHost) wait for every stream on

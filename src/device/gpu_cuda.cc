@@ -127,7 +127,10 @@ class CudaGpus final : public GpuBackend {
     cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
     unsigned long long id = 0;
     checkCuda(cudaStreamGetCaptureInfo(asStream(stream), &st, &id), "cudaStreamGetCaptureInfo");
-    return st == cudaStreamCaptureStatusNone ? 0 : id + 1;  // + 1: an id of 0 would read as "none"
+    STRATA_REQUIRE(st != cudaStreamCaptureStatusInvalidated, ncclInvalidUsage,
+                   "the stream's CUDA graph capture was invalidated (an earlier call during the capture was not "
+                   "permitted); end it and capture again");
+    return st == cudaStreamCaptureStatusActive ? id + 1 : 0;  // + 1: an id of 0 would read as "none"
   }
   void* pinnedAlloc(size_t bytes) override {
     void* p = nullptr;
