@@ -333,42 +333,15 @@ TEST(SharedGpu, CaptureIsRefusedOnEveryRank) {
   }, 60), "");
 }
 
-// Rank 1 waits in an all-reduce that rank 0 never calls; rank 0 aborts its
-// communicator instead: rank 1's call ends with an error naming rank 0, well
-// before STRATA_TIMEOUT.
-TEST(SharedGpu, ARankThatLeavesReleasesTheOthers) {
-  REQUIRE_GPU();
-  std::atomic<bool> waiting{false};
-  EXPECT_EQ(onGpu0(2, [&](int rank, ncclComm_t comm, cudaStream_t s) -> std::string {
-    DeviceBuffer d(1024 * sizeof(float));
-    if (rank == 0) {
-      while (!waiting) usleep(1000);
-      usleep(200000);
-      ncclCommAbort(comm);
-      return "";
-    }
-    waiting = true;
-    auto t0 = std::chrono::steady_clock::now();
-    ncclResult_t r = ncclAllReduce(d.p, d.p, 1024, ncclFloat32, ncclSum, comm, s);
-    double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::string why = ncclGetLastError(comm);
-    ncclCommAbort(comm);
-    if (r == ncclSuccess) return "the all-reduce succeeded without rank 0";
-    if (sec > 10) return "released after " + std::to_string(sec) + " s";
-    return why.find("rank 0") != std::string::npos ? "" : "unclear error: " + why;
-  }, 60), "");
-}
-
-// Three ranks: rank 2 aborts while ranks 0 and 1 wait for it in an all-reduce; both
-// calls end well before STRATA_TIMEOUT, naming rank 2 (rank 0 finds it gone and
-// tells rank 1).
-TEST(SharedGpu, ALeavingRankReleasesEveryOther) {
-  REQUIRE_GPU();
+// Every rank but `leaver` waits in an all-reduce; `leaver` aborts its communicator
+// once they all have (and 200 ms more) instead of calling. Each waiting call must
+// end with an error naming `leaver`, well before STRATA_TIMEOUT.
+std::string leavingReleasesTheOthers(int n, int leaver) {
   std::atomic<int> waiting{0};
-  EXPECT_EQ(onGpu0(3, [&](int rank, ncclComm_t comm, cudaStream_t s) -> std::string {
+  return onGpu0(n, [&](int rank, ncclComm_t comm, cudaStream_t s) -> std::string {
     DeviceBuffer d(1024 * sizeof(float));
-    if (rank == 2) {
-      while (waiting < 2) usleep(1000);
+    if (rank == leaver) {
+      while (waiting < n - 1) usleep(1000);
       usleep(200000);
       ncclCommAbort(comm);
       return "";
@@ -379,10 +352,24 @@ TEST(SharedGpu, ALeavingRankReleasesEveryOther) {
     double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::string why = ncclGetLastError(comm);
     ncclCommAbort(comm);
-    if (r == ncclSuccess) return "the all-reduce succeeded without rank 2";
+    std::string named = "rank " + std::to_string(leaver);
+    if (r == ncclSuccess) return "the all-reduce succeeded without " + named;
     if (sec > 10) return "released after " + std::to_string(sec) + " s";
-    return why.find("rank 2") != std::string::npos ? "" : "unclear error: " + why;
-  }, 60), "");
+    return why.find(named) != std::string::npos ? "" : "unclear error: " + why;
+  }, 60);
+}
+
+// Rank 1 waits for rank 0, which aborts instead of calling.
+TEST(SharedGpu, ARankThatLeavesReleasesTheOthers) {
+  REQUIRE_GPU();
+  EXPECT_EQ(leavingReleasesTheOthers(2, 0), "");
+}
+
+// Three ranks: rank 2 aborts while ranks 0 and 1 wait for it; both calls end,
+// naming rank 2 (rank 0 finds it gone and tells rank 1).
+TEST(SharedGpu, ALeavingRankReleasesEveryOther) {
+  REQUIRE_GPU();
+  EXPECT_EQ(leavingReleasesTheOthers(3, 2), "");
 }
 
 }  // namespace

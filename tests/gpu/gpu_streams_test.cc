@@ -1,0 +1,113 @@
+// Stream order of the calls on device buffers, and host-buffer operations behind
+// a stream that never reaches them (label "gpu"; on simulated GPUs too).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "device/gpu.h"
+#include "gpu/gpu_util.h"
+#include "harness/ranks.h"
+#include "nccl.h"
+
+#ifdef STRATA_TEST_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace strata::test {
+namespace {
+
+// Stream order: the call returns before the stream has run it, and work enqueued
+// after it sees the result; on CUDA, a captured stream is refused with a clear error.
+TEST(GpuStreams, EnqueuedInOrderAndCaptureRefused) {
+  REQUIRE_GPU();
+  auto results = runRanks(Mode::kThreads, 2, [](int rank, int n, const ncclUniqueId& id) -> std::string {
+    device::setCurrentDevice(0);
+    void* s = device::streamCreate();
+    ncclComm_t comm;
+    RANK_NCCL(ncclCommInitRank(&comm, n, id, rank));
+    const size_t count = 1 << 20;
+    DeviceBuffer d(count * sizeof(float));
+    std::vector<float> ones(count, 1.0f), got(count);
+    device::copyAsync(d.p, ones.data(), count * sizeof(float), s);
+    for (int i = 0; i < 3; ++i) RANK_NCCL(ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, comm, static_cast<cudaStream_t>(s)));
+    device::copyAsync(got.data(), d.p, count * sizeof(float), s);  // ordered after the all-reduces
+    device::streamSynchronize(s);
+    if (got[0] != 8.0f || got[count - 1] != 8.0f) return "stream order: got " + std::to_string(got[0]) + ", expected 8";
+#ifdef STRATA_TEST_CUDA
+    if (!simulated()) {
+      cudaStream_t cs = static_cast<cudaStream_t>(s);
+      if (cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return "cannot capture";
+      ncclResult_t r = ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, comm, cs);
+      cudaGraph_t g;
+      cudaStreamEndCapture(cs, &g);
+      if (r != ncclInvalidUsage) return "capture was not refused (" + std::to_string(r) + ")";
+      if (std::string(ncclGetLastError(comm)).find("CUDA graph") == std::string::npos)
+        return std::string("unclear error: ") + ncclGetLastError(comm);
+    }
+#endif
+    ncclCommDestroy(comm);
+    device::streamDestroy(s);
+    return "";
+  });
+  EXPECT_EQ(failures(results), "");
+}
+
+// Host-buffer operations wait for the communicator's earlier stream-ordered work;
+// behind a stream that never gets there they fail, naming the cause, once
+// STRATA_TIMEOUT passes, or as soon as another thread aborts the communicator:
+// never hang (cudaEventSynchronize could not be ended either way).
+TEST(GpuStreams, AHostOperationBehindABlockedStreamFailsInsteadOfHanging) {
+  REQUIRE_GPU();
+  setenv("STRATA_TIMEOUT", "2", 1);
+  reloadEnvironment();
+  device::setCurrentDevice(0);
+  void* s = device::streamCreate();
+  auto* flag = static_cast<uint64_t*>(device::pinnedAlloc(sizeof(uint64_t)));
+  __atomic_store_n(flag, 0, __ATOMIC_RELEASE);
+  ncclComm_t comm = nullptr;
+  int dev = 0;
+  ASSERT_EQ(ncclCommInitAll(&comm, 1, &dev), ncclSuccess) << ncclGetLastError(nullptr);
+  const size_t count = 1024;
+  DeviceBuffer d(count * sizeof(float));
+  std::vector<float> host(count, 1.0f);
+  auto cs = static_cast<cudaStream_t>(s);
+  device::waitHostFlag(s, flag, 1);  // the stream holds here until the flag is raised
+  ASSERT_EQ(ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, comm, cs), ncclSuccess) << ncclGetLastError(comm);
+  auto seconds = [](auto since) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  ncclResult_t r = ncclAllReduce(host.data(), host.data(), count, ncclFloat32, ncclSum, comm, cs);
+  double waited = seconds(t0);
+  std::string why = ncclGetLastError(comm);
+  EXPECT_EQ(r, ncclSystemError) << why;
+  EXPECT_NE(why.find("STRATA_TIMEOUT"), std::string::npos) << why;
+  EXPECT_GE(waited, 1.5);
+  EXPECT_LT(waited, 30.0);
+
+  setenv("STRATA_TIMEOUT", "300", 1);
+  reloadEnvironment();
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ncclCommAbort(comm);
+  });
+  t0 = std::chrono::steady_clock::now();
+  r = ncclAllReduce(host.data(), host.data(), count, ncclFloat32, ncclSum, comm, cs);
+  waited = seconds(t0);
+  aborter.join();
+  EXPECT_NE(r, ncclSuccess);
+  EXPECT_GE(waited, 0.2) << "the second host operation did not wait for the stream";
+  EXPECT_LT(waited, 30.0) << "the abort did not end the wait";
+  __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+  device::streamSynchronize(s);
+  device::streamDestroy(s);
+  device::pinnedFree(flag);
+  unsetenv("STRATA_TIMEOUT");
+  reloadEnvironment();
+}
+
+}  // namespace
+}  // namespace strata::test
