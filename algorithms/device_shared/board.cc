@@ -81,7 +81,7 @@ void Board::waitForRun(int rank, uint64_t seq) {
     if (published_ < seq) continue;
     // The last ordinary operation's event covers every earlier one (rank 0's streams
     // are ordered one after another); a captured one runs only when its graph does.
-    if (lastRun_ > 0) done = doneEvent_;
+    if (ranOrdinary_) done = doneEvent_;
     break;
   }
   try {
@@ -123,7 +123,7 @@ void Board::publish(uint64_t seq, void* done, ncclResult_t code, const std::stri
     std::lock_guard<std::mutex> lock(mu_);
     published_ = seq;
     done_ = done;
-    if (code == ncclSuccess && !captured) lastRun_ = seq;
+    ranOrdinary_ = ranOrdinary_ || (code == ncclSuccess && !captured);
     code_ = code;
     error_ = error;
   }

@@ -73,7 +73,7 @@ class Board {
   std::vector<void*> ready_;
   void* doneEvent_ = nullptr;
   void* graphDoneEvent_ = nullptr;
-  uint64_t lastRun_ = 0;  // the last operation published with an ordinary (not captured) done event
+  bool ranOrdinary_ = false;  // an operation was published with the ordinary (not captured) done event
   uint64_t collected_ = 0;  // the last operation rank 0 took the posts of
   uint64_t published_ = 0;
   void* done_ = nullptr;

@@ -95,12 +95,16 @@ void allToAll(const std::vector<SharedPost>& posts, size_t bytes, void* stream, 
   const int n = static_cast<int>(posts.size());
   const size_t wide = bytes * n;
   std::vector<const char*> in(n);
+  std::vector<bool> inPlace(n);
   size_t staged = 0;
-  for (int r = 0; r < n; ++r) staged += overlaps(posts[r].sendbuff, posts[r].recvbuff, wide) ? wide : 0;
-  char* room = staged ? scratch.get(staged) : nullptr;
   for (int r = 0; r < n; ++r) {
     in[r] = static_cast<const char*>(posts[r].sendbuff);
-    if (!overlaps(posts[r].sendbuff, posts[r].recvbuff, wide)) continue;
+    inPlace[r] = overlaps(in[r], posts[r].recvbuff, wide);
+    staged += inPlace[r] ? wide : 0;
+  }
+  char* room = staged ? scratch.get(staged) : nullptr;
+  for (int r = 0; r < n; ++r) {
+    if (!inPlace[r]) continue;
     device::gpuCopy(room, in[r], wide, stream);
     in[r] = room;
     room += wide;
