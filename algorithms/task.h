@@ -32,6 +32,9 @@ class Task {
   // The executor calls it on every lane's head before any lane progresses, and on
   // the tasks behind a head that overlaps them. True if anything was posted.
   virtual bool startEarly() { return false; }
+  // Work that only speeds up a peer (copying part of what the peer reads), for a
+  // sweep in which nothing else on this rank moved. True if it did any.
+  virtual bool helpWhileIdle() { return false; }
 };
 
 // What a task last waited for: one rank and one connection. Only that

@@ -104,6 +104,10 @@ class GetSender {
   virtual bool tryExpose(const void* src, size_t bytes, const Registration& reg) = 0;
   // True once the oldest exposure has been read: its memory may change again.
   virtual bool tryGetDone() = 0;
+  // Copies one piece of the oldest exposure into the receiver's memory, where the
+  // receiver splits a large read between the two ends; true if it did. For a rank
+  // with nothing else to do: it lends its core to the read it waits for.
+  virtual bool helpRead() { return false; }
 };
 
 // The side that reads (kGet): the message's receiver.

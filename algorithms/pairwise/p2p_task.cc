@@ -39,6 +39,8 @@ class P2pTask final : public Task {
     if (receivesPut()) return offer();
     return exposes() && expose();
   }
+  // Waiting for the receiver to read this rank's exposure: copy part of it for it.
+  bool helpWhileIdle() override { return exposes() && offered_ && !read_ && a_.send->gets()->helpRead(); }
   const char* fn() const override { return a_.fn; }
   bool peerAborted() const override { return a_.send ? a_.send->peerAborted() : a_.recv->peerAborted(); }
 

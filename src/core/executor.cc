@@ -212,6 +212,13 @@ bool Executor::sweep() {
     moved |= startOverlapping(lane);
     if (!lane.idle()) allDone_ = false;
   }
+  // Nothing moved: a rank waiting for peers to read its memory copies part of it for
+  // them, where its core is its own (with more ranks than cores, the readers need it).
+  for (auto it = lanes_.begin(); !moved && it != lanes_.end(); ++it) {
+    Lane& lane = it->second;
+    if (!lane.idle() && !lane.comm->oversubscribed() && (!ordered_ || lane.mayStart(lane.head)))
+      moved = lane.tasks[lane.head]->helpWhileIdle();
+  }
   if (allDone_ && transport::needsPolling())  // not done until the last socket sends are out
     for (auto& [comm, plan] : plans_)
       if (!comm->pool().flushed()) allDone_ = false;

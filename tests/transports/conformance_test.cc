@@ -362,7 +362,9 @@ TEST_P(Conformance, OneSidedReadsOfExposedMemory) {
         for (size_t m = 0; m < sizes.size(); ++m) {
           for (size_t i = 0; i < sizes[m]; ++i) src[i] = pattern(m, i);
           if (!within([&] { return out.gets()->tryExpose(src.data(), sizes[m], *reg); })) return "no room";
-          if (!within([&] { return out.gets()->tryGetDone(); })) return "never read";
+          // Waiting, the sender copies chunks of a large read for the receiver (as an idle rank does).
+          if (!within([&] { return out.gets()->tryGetDone() || (out.gets()->helpRead() && false); }))
+            return "never read";
         }
         void* shared = allocateShared(1 << 20);
         auto sreg = t.registerMemory(shared, 1 << 20);

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <new>
@@ -92,6 +93,23 @@ class FifoSender final : public SendConnection, public PutSender, public GetSend
     return throughSlots(src, bytes) && finishExposure();
   }
 
+  bool helpRead() override {
+    if (noHelp_ || pendingSources_.empty()) return false;
+    const auto& [src, bytes] = pendingSources_.front();
+    if (!ChunkClaims::shareable(bytes)) return false;
+    SharedRead& s = h_->share;
+    long c = s.claims.claim(ChunkClaims::generation(getsCompleted_), ChunkClaims::chunks(bytes), false);
+    if (c < 0) return false;
+    size_t off = static_cast<size_t>(c) * kSharedChunkBytes;
+    if (!writer_->write(s.to, off, src + off, std::min(kSharedChunkBytes, bytes - off))) {
+      noHelp_ = true;  // this process cannot write there: the receiver reads the chunk itself
+      s.handedBack.store(static_cast<uint64_t>(c) + 1, std::memory_order_relaxed);
+    }
+    s.helped.fetch_add(1, std::memory_order_release);
+    bell_->ring();
+    return true;
+  }
+
   bool tryPut(const void* src, size_t bytes) override {
     if (!offered(puts_)) return false;
     FifoOffer& o = h_->offers[puts_ % kMaxOffers];
@@ -155,6 +173,7 @@ class FifoSender final : public SendConnection, public PutSender, public GetSend
   uint64_t puts_;            // puts issued (offers used)
   uint64_t offersSeen_ = 0;
   bool throughSlots_ = false;
+  bool noHelp_ = false;      // a write into the receiver's memory failed: reads are the receiver's alone
   size_t slotOffset_ = 0;    // of the put or exposure going through the slots
   uint64_t exposed_, getsCompleted_;
   std::deque<std::pair<const char*, size_t>> pendingSources_;  // exposures not read yet, oldest first
@@ -189,6 +208,7 @@ class FifoReceiver final : public RecvConnection, public PutReceiver, public Get
   GetReceiver* gets() override { return reader_ ? this : nullptr; }
 
   bool tryGet(void* dst, size_t bytes, size_t* got) override {
+    if (shared_.bytes) return sharedDone(got);
     if (!getsThroughSlots_ && !slotGet_) {
       if (h_->exposed.load(std::memory_order_acquire) <= gets_) return false;
       const FifoOffer& from = h_->sources[gets_ % kMaxOffers];
@@ -199,6 +219,8 @@ class FifoReceiver final : public RecvConnection, public PutReceiver, public Get
         slotGet_ = true;
         h_->slotExposures.store(gets_ + 1, std::memory_order_release);
         bell_->ring();
+      } else if (ChunkClaims::shareable(from.bytes) && reader_->read(from, 0, dst, 0)) {
+        return readShared(from, static_cast<char*>(dst), got);
       } else if (reader_->read(from, 0, dst, from.bytes)) {
         *got = from.bytes;
         h_->getsDone.store(++gets_, std::memory_order_release);
@@ -259,6 +281,38 @@ class FifoReceiver final : public RecvConnection, public PutReceiver, public Get
     *bytes = written;
     return true;
   }
+  // Reads the exposure `from` chunk by chunk from the front while the sender may
+  // write chunks from the back (SharedRead); done once both ends' chunks are in.
+  bool readShared(const FifoOffer& from, char* dst, size_t* got) {
+    SharedRead& s = h_->share;
+    uint64_t gen = ChunkClaims::generation(gets_);
+    size_t n = ChunkClaims::chunks(from.bytes);
+    describe(s.to, dst, from.bytes, false);
+    s.helped.store(0, std::memory_order_relaxed);
+    s.handedBack.store(0, std::memory_order_relaxed);
+    s.claims.open(gen);  // no ring: a sender awake finds it at its next idle sweep; one asleep stays so
+    shared_ = {dst, from.bytes, 0};
+    for (long c; (c = s.claims.claim(gen, n, true)) >= 0;) readChunk(from, static_cast<size_t>(c));
+    shared_.back = s.claims.back();
+    return sharedDone(got);
+  }
+  void readChunk(const FifoOffer& from, size_t c) {
+    size_t off = c * kSharedChunkBytes;
+    STRATA_REQUIRE(reader_->read(from, off, shared_.dst + off, std::min(kSharedChunkBytes, shared_.bytes - off)),
+                   ncclRemoteError,
+                   "a one-sided read of the sender's memory failed midway (the sender exited, or freed the buffer "
+                   "it exposed)");
+  }
+  bool sharedDone(size_t* got) {
+    SharedRead& s = h_->share;
+    if (s.helped.load(std::memory_order_acquire) < shared_.back) return false;
+    if (uint64_t c = s.handedBack.load(std::memory_order_relaxed)) readChunk(h_->sources[gets_ % kMaxOffers], c - 1);
+    *got = shared_.bytes;
+    shared_ = {};
+    h_->getsDone.store(++gets_, std::memory_order_release);
+    bell_->ring();
+    return true;
+  }
   bool finishOffer() {
     pending_.pop_front();
     ++completed_;
@@ -299,6 +353,11 @@ class FifoReceiver final : public RecvConnection, public PutReceiver, public Get
   uint64_t gets_;                // exposures read
   bool getsThroughSlots_ = false;
   bool slotGet_ = false;         // the exposure being read comes through the slots (asked for)
+  struct {
+    char* dst;
+    size_t bytes;  // 0: no shared read in progress
+    size_t back;   // chunks the sender claimed
+  } shared_{};
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "transports/common/chunk_claims.h"
 #include "transports/transport.h"
 
 namespace strata::transport {
@@ -25,6 +26,17 @@ struct FifoOffer {
   uint64_t independent;  // nothing the other end sends depends on this transfer completing (PutReceiver::tryOffer):
                          // it may go through the slots, which needs the receiver to drain them meanwhile
   char segment[48];  // "" when not mapped
+};
+
+// A large read that both ends copy (ChunkClaims): the receiver reads chunks from
+// the front, the sender writes chunks from the back into `to` once it has nothing
+// else to do. A root serving a scatter's or a broadcast's reader so lends it the
+// core that would otherwise wait.
+struct SharedRead {
+  alignas(64) ChunkClaims claims;
+  alignas(64) std::atomic<uint64_t> helped;  // back chunks the sender finished (written, or handed back)
+  std::atomic<uint64_t> handedBack;          // 1 + the back chunk the sender could not write (0: none)
+  FifoOffer to;                              // the receiver's destination
 };
 
 struct FifoHeader {
@@ -50,6 +62,7 @@ struct FifoHeader {
   uint64_t senderProbeAddr;
   uint64_t senderProbe;
   FifoOffer sources[kMaxOffers];
+  SharedRead share;  // the read in progress, when it is split between the ends
 };
 
 // How one end reaches the other end's memory: writes into the receiver's offers
