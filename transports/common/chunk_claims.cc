@@ -34,4 +34,6 @@ long ChunkClaims::claim(uint64_t gen, size_t chunks, bool front) {
 
 size_t ChunkClaims::back() const { return (word_.load(std::memory_order_acquire) >> kBackShift) & kCountMask; }
 
+size_t ChunkClaims::close() { return (word_.exchange(0, std::memory_order_acq_rel) >> kBackShift) & kCountMask; }
+
 }  // namespace strata::transport

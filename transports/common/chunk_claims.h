@@ -32,6 +32,10 @@ class ChunkClaims {
   long claim(uint64_t gen, size_t chunks, bool front);
   // Chunks claimed from the back so far: final once a claim from the front failed.
   size_t back() const;
+  // Ends the open read: no claim succeeds until the next open (a sender's stale
+  // generation can then never match a word left behind, even after the tags wrap).
+  // Returns the chunks claimed from the back, final from here on.
+  size_t close();
 
  private:
   std::atomic<uint64_t> word_{0};

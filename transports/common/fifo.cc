@@ -94,7 +94,7 @@ class FifoSender final : public SendConnection, public PutSender, public GetSend
   }
 
   bool helpRead() override {
-    if (noHelp_ || pendingSources_.empty()) return false;
+    if (noHelp_ || pendingSources_.empty() || peerAborted()) return false;
     const auto& [src, bytes] = pendingSources_.front();
     if (!ChunkClaims::shareable(bytes)) return false;
     SharedRead& s = h_->share;
@@ -208,7 +208,10 @@ class FifoReceiver final : public RecvConnection, public PutReceiver, public Get
   GetReceiver* gets() override { return reader_ ? this : nullptr; }
 
   bool tryGet(void* dst, size_t bytes, size_t* got) override {
-    if (shared_.bytes) return sharedDone(got);
+    if (shared_.bytes) {
+      STRATA_REQUIRE(dst == shared_.dst, ncclInternalError, "a shared read resumed into another buffer");
+      return sharedDone(got);
+    }
     if (!getsThroughSlots_ && !slotGet_) {
       if (h_->exposed.load(std::memory_order_acquire) <= gets_) return false;
       const FifoOffer& from = h_->sources[gets_ % kMaxOffers];
@@ -227,9 +230,7 @@ class FifoReceiver final : public RecvConnection, public PutReceiver, public Get
         bell_->ring();
         return true;
       } else {
-        getsThroughSlots_ = true;  // sticky: the sender sends every exposure through the slots from now on
-        h_->getsThroughSlots.store(1, std::memory_order_release);
-        bell_->ring();
+        getsThroughSlotsFromNow();
       }
     }
     if (!intoPlace(static_cast<char*>(dst), bytes, got)) return false;
@@ -282,7 +283,10 @@ class FifoReceiver final : public RecvConnection, public PutReceiver, public Get
     return true;
   }
   // Reads the exposure `from` chunk by chunk from the front while the sender may
-  // write chunks from the back (SharedRead); done once both ends' chunks are in.
+  // write chunks from the back (SharedRead); done once both ends' chunks are in. A
+  // chunk this process cannot read sends the whole exposure through the slots, as
+  // a failed whole read does: the sender's writes, all made before its next look
+  // at the header (one thread), carry the same bytes the slots then bring.
   bool readShared(const FifoOffer& from, char* dst, size_t* got) {
     SharedRead& s = h_->share;
     uint64_t gen = ChunkClaims::generation(gets_);
@@ -292,26 +296,41 @@ class FifoReceiver final : public RecvConnection, public PutReceiver, public Get
     s.handedBack.store(0, std::memory_order_relaxed);
     s.claims.open(gen);  // no ring: a sender awake finds it at its next idle sweep; one asleep stays so
     shared_ = {dst, from.bytes, 0};
-    for (long c; (c = s.claims.claim(gen, n, true)) >= 0;) readChunk(from, static_cast<size_t>(c));
+    for (long c; (c = s.claims.claim(gen, n, true)) >= 0;)
+      if (!readChunk(from, static_cast<size_t>(c))) return readThroughSlots(dst, from.bytes, got);
     shared_.back = s.claims.back();
     return sharedDone(got);
   }
-  void readChunk(const FifoOffer& from, size_t c) {
+  bool readChunk(const FifoOffer& from, size_t c) {
     size_t off = c * kSharedChunkBytes;
-    STRATA_REQUIRE(reader_->read(from, off, shared_.dst + off, std::min(kSharedChunkBytes, shared_.bytes - off)),
-                   ncclRemoteError,
-                   "a one-sided read of the sender's memory failed midway (the sender exited, or freed the buffer "
-                   "it exposed)");
+    return reader_->read(from, off, shared_.dst + off, std::min(kSharedChunkBytes, shared_.bytes - off));
   }
   bool sharedDone(size_t* got) {
     SharedRead& s = h_->share;
     if (s.helped.load(std::memory_order_acquire) < shared_.back) return false;
-    if (uint64_t c = s.handedBack.load(std::memory_order_relaxed)) readChunk(h_->sources[gets_ % kMaxOffers], c - 1);
+    s.claims.close();
+    if (uint64_t c = s.handedBack.load(std::memory_order_relaxed))
+      if (!readChunk(h_->sources[gets_ % kMaxOffers], c - 1)) return readThroughSlots(shared_.dst, shared_.bytes, got);
     *got = shared_.bytes;
     shared_ = {};
     h_->getsDone.store(++gets_, std::memory_order_release);
     bell_->ring();
     return true;
+  }
+  bool readThroughSlots(char* dst, size_t bytes, size_t* got) {
+    h_->share.claims.close();
+    shared_ = {};
+    getsThroughSlotsFromNow();
+    if (!intoPlace(dst, bytes, got)) return false;
+    ++gets_;
+    return true;
+  }
+  // This process cannot read the sender's memory: the sender sends every exposure
+  // through the slots from now on (sticky).
+  void getsThroughSlotsFromNow() {
+    getsThroughSlots_ = true;
+    h_->getsThroughSlots.store(1, std::memory_order_release);
+    bell_->ring();
   }
   bool finishOffer() {
     pending_.pop_front();
