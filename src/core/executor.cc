@@ -23,9 +23,46 @@ constexpr double kExitedPeerSec = 0.2;
 
 }  // namespace
 
+thread_local std::unique_ptr<Executor::Storage> Executor::spare_;
+
+Executor::Executor(void* deviceStream, bool streamOrdered)
+    : s_(spare_ ? std::move(spare_) : std::make_unique<Storage>()),
+      plans_(s_->plans),
+      deviceStream_(deviceStream),
+      streamOrdered_(streamOrdered) {}
+
 Executor::~Executor() {
-  lanes_.clear();  // the tasks first: they may point into their plan's scratch
+  for (Lane& lane : lanes()) {  // the tasks first: they may point into their plan's scratch
+    lane.tasks.clear();
+    lane.ops.clear();
+  }
+  s_->used = 0;
+  s_->index.clear();
   for (auto& [comm, plan] : plans_) comm->returnPlan(std::move(plan));
+  plans_.clear();
+  if (!spare_) spare_ = std::move(s_);
+}
+
+// A group has a few lanes, found by a linear search; many (a large all-to-all by
+// sends and receives) are indexed.
+Executor::Lane& Executor::laneFor(const LaneId& id) {
+  constexpr size_t kLinear = 16;
+  if (s_->used <= kLinear) {
+    for (Lane& lane : lanes())
+      if (lane.id == id) return lane;
+  } else {
+    if (s_->index.empty())
+      for (size_t i = 0; i < s_->used; ++i) s_->index.emplace(s_->lanes[i].id, i);
+    auto it = s_->index.find(id);
+    if (it != s_->index.end()) return s_->lanes[it->second];
+    s_->index.emplace(id, s_->used);
+  }
+  if (s_->used == s_->lanes.size()) s_->lanes.emplace_back();
+  Lane& lane = s_->lanes[s_->used++];
+  lane.id = id;
+  lane.comm = std::get<0>(id);
+  lane.head = 0;
+  return lane;
 }
 
 CommPlan& Executor::planOf(Communicator& comm) {
@@ -84,13 +121,15 @@ void Executor::openAndMake() {
   for (auto& [comm, plan] : plans_) plan->connect();
   for (auto& [comm, plan] : plans_)
     for (CommPlan::Pending& p : plan->pending()) {
-      Lane& lane = lanes_[{comm, p.lane.id, p.lane.index}];
-      lane.comm = comm;
+      Lane& lane = laneFor({comm, p.lane.id, p.lane.index});
       lane.order = &plan->order();
       lane.tasks.push_back(p.make(*plan));
       lane.ops.push_back(p.op);
       if (p.op >= 0) lane.order->taskAdded(p.op);
     }
+  // Lanes progress in the order of their ids, whatever order they were planned in.
+  std::sort(lanes().begin(), lanes().end(), [](const Lane& a, const Lane& b) { return a.id < b.id; });
+  s_->index.clear();  // positions before the sort
   for (auto& [comm, plan] : plans_) {
     plan->order().start();
     ordered_ = ordered_ || plan->order().ordered();
@@ -196,12 +235,12 @@ bool Executor::sweep() {
   // A collective that shares memory with an earlier one waits for it (OpOrder).
   // The tasks behind a head that overlap it go with it: a transport may post their
   // offers as one grouped receive (PutReceiver::tryOffer).
-  for (auto& [key, lane] : lanes_)
+  for (Lane& lane : lanes())
     if (!lane.idle() && (!ordered_ || lane.mayStart(lane.head))) {
       moved |= lane.tasks[lane.head]->startEarly();
       moved |= startOverlapping(lane);
     }
-  for (auto& [key, lane] : lanes_) {
+  for (Lane& lane : lanes()) {
     while (!lane.idle() && (!ordered_ || lane.mayStart(lane.head))) {
       algorithms::Task& t = *lane.tasks[lane.head];
       moved |= t.progress();
@@ -214,8 +253,8 @@ bool Executor::sweep() {
   }
   // Nothing moved: a rank waiting for peers to read its memory copies part of it for
   // them, where its core is its own (with more ranks than cores, the readers need it).
-  for (auto it = lanes_.begin(); !moved && it != lanes_.end(); ++it) {
-    Lane& lane = it->second;
+  for (size_t i = 0; !moved && i < s_->used; ++i) {
+    Lane& lane = s_->lanes[i];
     if (!lane.idle() && !lane.comm->oversubscribed() && (!ordered_ || lane.mayStart(lane.head)))
       moved = lane.tasks[lane.head]->helpWhileIdle();
   }
@@ -226,7 +265,7 @@ bool Executor::sweep() {
 }
 
 void Executor::checkStopped() {
-  for (auto& [key, lane] : lanes_) {
+  for (Lane& lane : lanes()) {
     if (lane.idle() || !lane.comm->abortRequested()) continue;
     const algorithms::Task& t = *lane.tasks[lane.head];
     failAll(ncclInvalidUsage,
@@ -238,7 +277,7 @@ void Executor::checkStopped() {
 
 void Executor::checkHealth(double idleSec) {
   checkStopped();
-  for (auto& [key, lane] : lanes_) {
+  for (Lane& lane : lanes()) {
     if (lane.idle()) continue;
     Communicator& comm = *lane.comm;
     const algorithms::Task& t = *lane.tasks[lane.head];

@@ -8,6 +8,7 @@
 
 #include <map>
 #include <memory>
+#include <span>
 #include <tuple>
 #include <vector>
 
@@ -25,9 +26,10 @@ class Executor {
   // device proxy's stream; null on a rank's own thread, which runs host memory).
   // `streamOrdered`: the stream is the caller's, and only algorithms that merely
   // enqueue on it may plan (the group's device operations run without the proxy).
-  explicit Executor(void* deviceStream = nullptr, bool streamOrdered = false)
-      : deviceStream_(deviceStream), streamOrdered_(streamOrdered) {}
+  explicit Executor(void* deviceStream = nullptr, bool streamOrdered = false);
   ~Executor();  // hands each plan back to its communicator for the next call
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
   // Plans one operation. Throws for invalid ops (the group is then dropped).
   void add(Communicator& comm, const OpDesc& op);
   // Connects what the plans need and runs everything; throws on failure,
@@ -38,7 +40,9 @@ class Executor {
   // Tasks of a lane in flight at once where they overlap (Task::overlaps): eight, the
   // most receives a network groups (transports/net/network.h kMaxRecvs).
   static constexpr size_t kOverlap = 7;
+  using LaneId = std::tuple<Communicator*, uint64_t, int>;  // (communicator, lane id, index)
   struct Lane {
+    LaneId id;
     Communicator* comm;
     OpOrder* order = nullptr;  // of comm's collectives
     std::vector<std::unique_ptr<algorithms::Task>> tasks;  // in call order; tasks before `head` are done
@@ -48,6 +52,17 @@ class Executor {
     // Task i may begin: its collective waits for no earlier one (OpOrder).
     bool mayStart(size_t i) const { return order->ready(ops[i]); }
   };
+  // The containers of a thread's executors, kept from one call to the next (lanes
+  // emptied, not freed), so that a call in a loop allocates nothing for them.
+  struct Storage {
+    std::vector<Lane> lanes;  // the first `used` are this group's, in LaneId order
+    size_t used = 0;
+    std::map<LaneId, size_t> index;  // lane by id, for groups with many lanes
+    std::vector<std::pair<Communicator*, std::unique_ptr<CommPlan>>> plans;  // in the order communicators joined
+  };
+  static thread_local std::unique_ptr<Storage> spare_;  // the thread's, between calls
+  std::span<Lane> lanes() { return {s_->lanes.data(), s_->used}; }
+  Lane& laneFor(const LaneId& id);
   CommPlan& planOf(Communicator& comm);
   void openAndMake();
   void progressAll();
@@ -63,10 +78,9 @@ class Executor {
   enum class Cause { kHere, kTold, kStopped };
   [[noreturn]] void failAll(ncclResult_t code, const std::string& msg, Cause cause = Cause::kHere, int culprit = -1);
 
-  using LaneId = std::tuple<Communicator*, uint64_t, int>;  // (communicator, lane id, index)
-  std::map<LaneId, Lane> lanes_;
+  std::unique_ptr<Storage> s_;  // the thread's spare storage, or new where a call runs inside another
+  std::vector<std::pair<Communicator*, std::unique_ptr<CommPlan>>>& plans_;
   bool ordered_ = false;  // some collective waits for an earlier one (else nothing is checked)
-  std::vector<std::pair<Communicator*, std::unique_ptr<CommPlan>>> plans_;  // in the order communicators joined
   void* deviceStream_;
   bool streamOrdered_;
   bool allDone_ = false;
