@@ -181,6 +181,7 @@ void Communicator::markStreamWork(void* stream) {
 
 void Communicator::waitStreamWork(const char* fn) {
   void* event = nullptr;
+  if (!streamWorkMarked_.load(std::memory_order_acquire)) return;  // host work only: no lock on each call
   {
     std::lock_guard<std::mutex> lock(streamWorkMutex_);
     if (!streamWorkMarked_) return;

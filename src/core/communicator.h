@@ -193,7 +193,7 @@ class Communicator {
   std::mutex streamWorkMutex_;  // the three below (markStreamWork)
   void* streamWork_ = nullptr;  // an event on this rank's GPU
   void* lastWorkStream_ = nullptr;
-  bool streamWorkMarked_ = false;
+  std::atomic<bool> streamWorkMarked_{false};  // written under streamWorkMutex_; read first without it
   std::atomic<CommPlan*> sparePlan_{nullptr};
   std::atomic<ncclResult_t> asyncError_{ncclSuccess};
   std::atomic<bool> abortRequested_{false};

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -25,6 +26,9 @@ struct GroupState {
 };
 
 thread_local GroupState tGroup;
+
+// A group's operations, or the one of a call outside a group (no vector to allocate).
+using Ops = std::span<const std::pair<ncclComm*, OpDesc>>;
 
 void runInits(std::vector<std::pair<ncclComm*, std::function<void()>>>& inits) {
   if (inits.size() == 1) {
@@ -51,7 +55,7 @@ double estimateUs(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
 
 // What every group must be before it runs: of one blocking mode, on communicators
 // without an earlier failure.
-void checkGroup(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
+void checkGroup(Ops ops) {
   int blocking = -1;
   for (auto& [h, op] : ops) {
     Communicator& comm = readyComm(h, op.fn);
@@ -66,7 +70,7 @@ void checkGroup(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
 }
 
 // Runs operations on host memory now, on this thread.
-void runHostOps(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
+void runHostOps(Ops ops) {
   checkGroup(ops);
   Executor ex;
   for (auto& [h, op] : ops) ex.add(readyComm(h, op.fn), op);
@@ -79,7 +83,7 @@ void runHostOps(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
 // may see differently counts: not how many transfers this rank's group has, nor
 // buffers this rank does not use (NCCL ignores a non-root's reduce or gather
 // output, which may be null).
-bool streamOrdered(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
+bool streamOrdered(Ops ops) {
   const bool p2p = ops.front().second.kind != OpKind::kCollective;
   for (auto& [h, op] : ops) {
     if ((op.kind != OpKind::kCollective) != p2p || op.stream != ops.front().second.stream) return false;
@@ -94,7 +98,7 @@ bool streamOrdered(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
 // A stream of another GPU than the communicator's fails the call before anything is
 // enqueued (CUDA would refuse the launch into it halfway through the group, leaving
 // the communicator in an error state); the communicator goes on.
-void checkStreams(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
+void checkStreams(Ops ops) {
   for (auto& [h, op] : ops) {
     int comm = h->impl->device(), stream = device::streamDevice(op.stream);
     STRATA_REQUIRE(stream < 0 || comm < 0 || stream == comm, ncclInvalidArgument,
@@ -105,13 +109,13 @@ void checkStreams(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
 // Device buffers go to the stream: kernels enqueued here, or the proxy's job
 // (device_proxy.h); host buffers run here, after the communicators' earlier device
 // operations.
-void runOps(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
+void runOps(Ops ops) {
   bool device = false;
   for (auto& [h, op] : ops) device = device || DeviceProxy::touchesDevice(op);
   if (device) {
     checkGroup(ops);
     checkStreams(ops);
-    if (!streamOrdered(ops)) return DeviceProxy::enqueue(ops);
+    if (!streamOrdered(ops)) return DeviceProxy::enqueue({ops.begin(), ops.end()});
     void* stream = ops.front().second.stream ? ops.front().second.stream : device::kLegacyStream;
     // A capture's work is the graph's, run at its replays: nothing to order or wait for.
     bool captured = stream != device::kLegacyStream && device::streamCapturing(stream);
@@ -177,7 +181,8 @@ void enqueue(ncclComm* h, const OpDesc& op) {
     tGroup.ops.emplace_back(h, op);
     return;
   }
-  runOps({{h, op}});
+  const std::pair<ncclComm*, OpDesc> one{h, op};
+  runOps(Ops(&one, 1));
 }
 
 void markFailed(ncclResult_t code, const std::string& msg) {
