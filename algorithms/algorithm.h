@@ -112,6 +112,9 @@ class PlanContext {
   // Operations of at least this many bytes move their data with one-sided writes
   // where both links allow it (STRATA_PUT_BYTES; 0: never).
   virtual size_t putBytes() const = 0;
+  // The operation being planned shares memory with an earlier collective of its group
+  // (it runs once that one is done): nothing of it may be copied while it plans.
+  virtual bool waitsForEarlier() const = 0;
   // Two words of mapped pinned host memory the communicator owns, for device-side
   // waits: [0] rises when the communicator is stopped (ncclCommAbort, a failure),
   // [1] takes a kernel's first failure (KernelColl::Why << 8 | rank), which the

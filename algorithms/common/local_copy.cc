@@ -44,8 +44,12 @@ class LocalCopyTask final : public Task {
 
 void addLocalCopy(PlanContext& ctx, const char* fn, void* dst, const void* src, size_t bytes) {
   if (dst == src || bytes == 0) return;
-  if (bytes < ctx.putBytes() || ctx.putBytes() == 0) {  // small: the peers' pieces go eagerly through the
-    memmove(dst, src, bytes);                          // slots, nothing waits for this rank; a task would cost more
+  // Small: the peers' pieces go eagerly through the slots, nothing waits for this
+  // rank, and a task would cost more; but not before an earlier collective of the
+  // group that shares this memory has run (an in-place all-reduce, then an all-gather
+  // of its result: the all-gather's own piece was copied from the input before).
+  if ((bytes < ctx.putBytes() || ctx.putBytes() == 0) && !ctx.waitsForEarlier()) {
+    memmove(dst, src, bytes);
     return;
   }
   auto* d = static_cast<char*>(dst);

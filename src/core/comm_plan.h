@@ -36,6 +36,7 @@ class CommPlan final : public algorithms::PlanContext, public algorithms::Links 
   int kernelBlocks() const override { return comm_.kernelBlocks(); }
   using PlanContext::linkCapabilities;
   size_t putBytes() const override;
+  bool waitsForEarlier() const override { return order_.waits(op_); }
   void needSend(const LinkKey& k, LinkShape shape) override { sends_.push_back({k, shape}); }
   void needRecv(const LinkKey& k, LinkShape shape) override { recvs_.push_back({k, shape}); }
   void needRegion(const LinkKey& k, size_t bytes, bool device) override { regions_.push_back({k, {bytes, device}}); }

@@ -34,6 +34,8 @@ class OpOrder {
   void clear();
   // Once every task is added: collectives without tasks count as done.
   void start() { advance(); }
+  // Whether collective `op` shares memory with an earlier one (it waits for it).
+  bool waits(int op) const { return op >= 0 && after_[op] >= 0; }
   // Whether collective `op` reads memory an earlier collective writes.
   bool readsEarlierWrites(int op) const;
   // Whether collective `op` (or -1) may start.
