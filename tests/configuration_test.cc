@@ -86,6 +86,35 @@ TEST(Configuration, ShmDisableFollowsAReloadedEnvironment) {
   std::filesystem::remove_all(dir);
 }
 
+// A host with more ranks than cores moves transfers one-sided only from NCCL_BUFFSIZE
+// up, unless STRATA_PUT_BYTES says otherwise, and every rank says so (TUNING).
+TEST(Configuration, AHostWithMoreRanksThanCoresMovesOneSidedFromTheStagingSize) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores > 7) GTEST_SKIP() << "needs more ranks than cores; this host has " << cores;
+  const int n = static_cast<int>(cores) + 1;
+  std::string dir = testing::TempDir() + "strata-crowded." + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  auto ranksThatSaySo = [&](const char* putBytes) {
+    for (const auto& e : std::filesystem::directory_iterator(dir)) std::filesystem::remove(e.path());
+    if (putBytes) setenv("STRATA_PUT_BYTES", putBytes, 1);
+    setenv("NCCL_DEBUG", "INFO", 1);
+    setenv("NCCL_DEBUG_SUBSYS", "TUNING", 1);
+    setenv("NCCL_DEBUG_FILE", (dir + "/tuning.%p.log").c_str(), 1);
+    reloadEnvironment();
+    auto results = runRanks(Mode::kProcesses, n, allReduceOnce);
+    for (const char* name : {"STRATA_PUT_BYTES", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"}) unsetenv(name);
+    reloadEnvironment();
+    EXPECT_EQ(failures(results), "");
+    int said = 0;
+    for (const auto& lines : rankLogs(dir))
+      for (const std::string& l : lines) said += l.find("transfers move one-sided from 1048576 bytes") != std::string::npos;
+    return said;
+  };
+  EXPECT_EQ(ranksThatSaySo(nullptr), n);
+  EXPECT_EQ(ranksThatSaySo("16384"), 0);  // as given, even at the default's value
+  std::filesystem::remove_all(dir);
+}
+
 // NCCL_TOPO_FILE is a base that discovery completes, and NCCL_TOPO_DUMP_FILE writes
 // the result: a PCI-only file's bare GPUs that this machine's discovery does not find
 // (none here) are left out of what the communicator plans with, and of the dump.

@@ -157,6 +157,7 @@ Config Config::parse(const std::function<const char*(const char*)>& lookup) {
   p.flag("NCCL_SHM_DISABLE", &c.shmDisable);
   p.flag("STRATA_CMA", &c.cma);
   p.integer("STRATA_PUT_BYTES", &c.putBytes, 0, 1ll << 40);
+  c.putBytesSet = p.get("STRATA_PUT_BYTES") != nullptr;
   p.integer("NCCL_SOCKET_NTHREADS", &c.socketThreads, 1, 16);
   p.integer("NCCL_NSOCKS_PERTHREAD", &c.socksPerThread, 1, 64);
   if (c.socketThreads * c.socksPerThread > 64) {

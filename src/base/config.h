@@ -38,6 +38,8 @@ struct Config {
                                             //   processes only into ncclMemAlloc buffers, else through the slots
   size_t putBytes = 16 << 10;               // STRATA_PUT_BYTES: operations of this size and more move data with
                                             //   one-sided writes (one copy) where the links allow; 0 never
+  bool putBytesSet = false;                 //   given (else a host with more ranks than cores starts at
+                                            //   NCCL_BUFFSIZE: comm_setup.cc)
   int socketThreads = 2;                    // NCCL_SOCKET_NTHREADS (1-16) x NCCL_NSOCKS_PERTHREAD (1-64), at most 64:
   int socksPerThread = 1;                   //   TCP streams per socket connection (progressed by the rank's thread)
   std::string algo;                         // NCCL_ALGO: allowed algorithms (NCCL list syntax)

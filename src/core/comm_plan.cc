@@ -26,7 +26,7 @@ uint32_t CommPlan::linkCapabilities(int a, int b) const {
   return transport::selectTransport(comm_.peer(a), comm_.peer(b)).capabilities();
 }
 
-size_t CommPlan::putBytes() const { return config().putBytes; }
+size_t CommPlan::putBytes() const { return comm_.putBytes(); }
 
 bool CommPlan::reachable(int a, int b, uint32_t caps) const {
   return transport::anyTransportLinks(comm_.peer(a), comm_.peer(b), caps);

@@ -304,6 +304,19 @@ void Communicator::planNodes() {
   b.sharedMemory = b.nodes == 1 && !staged;
   for (const PeerInfo& p : peers_)
     b.sharedMemory = b.sharedMemory && transport::selectTransport(peers_[rank()], p).has(transport::kSharedRegions);
+  // Where transfers start to move one-sided: STRATA_PUT_BYTES; but on one host whose
+  // ranks outnumber its cores (every rank of it sees the same), unless that is set,
+  // from NCCL_BUFFSIZE. A one-sided transfer needs both ends on a core at once (an
+  // exposure waits for its reader, a write for its offer); one that fits in a
+  // connection's slots lets the sender go on without the receiver scheduled. The
+  // algorithms chosen stay the same (docs/perf.md: 4 processes on 2 cores, 128 KiB-2 MiB).
+  putBytes_ = cfg.putBytes;
+  if (b.nodes == 1 && oversubscribed_ && !cfg.putBytesSet && cfg.putBytes > 0 && cfg.buffSize > cfg.putBytes) {
+    putBytes_ = cfg.buffSize;
+    STRATA_INFO(kSubsysTuning, rank(), "more ranks than this host's %ld cores: transfers move one-sided from %zu "
+                "bytes (NCCL_BUFFSIZE), not %zu; STRATA_PUT_BYTES chooses", sysconf(_SC_NPROCESSORS_ONLN), putBytes_,
+                cfg.putBytes);
+  }
   if (b.nodes > 1) {
     STRATA_INFO(kSubsysTuning, rank(), "network: this rank's rate %.3g GB/s (%s); the tuner assumes %.3g GB/s per node",
                 peers_[rank()].netGBps,

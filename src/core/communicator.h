@@ -88,6 +88,7 @@ class Communicator {
   bool oversubscribed() const { return oversubscribed_; }
   // True when every rank maps every other rank's memory (one host): the LL protocol works.
   bool sharedMemory() const { return tuneBasis_.sharedMemory; }
+  size_t putBytes() const { return putBytes_; }  // where one-sided transfers start (comm_setup.cc)
   // Some GPU of this communicator is driven by more than one of its ranks.
   bool sharesGpu() const { return !tuneBasis_.ownGpus && tuneBasis_.nranks > 1; }
   // Blocks of device-driven kernels every rank's GPU runs at once (the fewest any
@@ -175,6 +176,7 @@ class Communicator {
   int slots_ = 0;
   int channels_ = 1;
   bool oversubscribed_ = false;
+  size_t putBytes_ = 0;
   int kernelBlocks_ = 0;
   topology::Plan plan_;                   // this rank's node, as strata-topo plans it
   algorithms::TuneRequest tuneBasis_;     // the request every operation starts from
