@@ -37,7 +37,7 @@ Executor::~Executor() {
     lane.ops.clear();
   }
   s_->used = 0;
-  s_->index.clear();
+  s_->index.clear();  // positions of this group's lanes (before their sort)
   for (auto& [comm, plan] : plans_) comm->returnPlan(std::move(plan));
   plans_.clear();
   if (!spare_) spare_ = std::move(s_);
@@ -60,7 +60,6 @@ Executor::Lane& Executor::laneFor(const LaneId& id) {
   if (s_->used == s_->lanes.size()) s_->lanes.emplace_back();
   Lane& lane = s_->lanes[s_->used++];
   lane.id = id;
-  lane.comm = std::get<0>(id);
   lane.head = 0;
   return lane;
 }
@@ -129,7 +128,6 @@ void Executor::openAndMake() {
     }
   // Lanes progress in the order of their ids, whatever order they were planned in.
   std::sort(lanes().begin(), lanes().end(), [](const Lane& a, const Lane& b) { return a.id < b.id; });
-  s_->index.clear();  // positions before the sort
   for (auto& [comm, plan] : plans_) {
     plan->order().start();
     ordered_ = ordered_ || plan->order().ordered();
@@ -255,7 +253,7 @@ bool Executor::sweep() {
   // them, where its core is its own (with more ranks than cores, the readers need it).
   for (size_t i = 0; !moved && i < s_->used; ++i) {
     Lane& lane = s_->lanes[i];
-    if (!lane.idle() && !lane.comm->oversubscribed() && (!ordered_ || lane.mayStart(lane.head)))
+    if (!lane.idle() && !lane.comm()->oversubscribed() && (!ordered_ || lane.mayStart(lane.head)))
       moved = lane.tasks[lane.head]->helpWhileIdle();
   }
   if (allDone_ && transport::needsPolling())  // not done until the last socket sends are out
@@ -266,11 +264,11 @@ bool Executor::sweep() {
 
 void Executor::checkStopped() {
   for (Lane& lane : lanes()) {
-    if (lane.idle() || !lane.comm->abortRequested()) continue;
+    if (lane.idle() || !lane.comm()->abortRequested()) continue;
     const algorithms::Task& t = *lane.tasks[lane.head];
     failAll(ncclInvalidUsage,
-            format("%s: rank %d: the communicator was aborted: %s", t.fn(), lane.comm->rank(),
-                   lane.comm->stopReason().c_str()),
+            format("%s: rank %d: the communicator was aborted: %s", t.fn(), lane.comm()->rank(),
+                   lane.comm()->stopReason().c_str()),
             Cause::kStopped);
   }
 }
@@ -279,7 +277,7 @@ void Executor::checkHealth(double idleSec) {
   checkStopped();
   for (Lane& lane : lanes()) {
     if (lane.idle()) continue;
-    Communicator& comm = *lane.comm;
+    Communicator& comm = *lane.comm();
     const algorithms::Task& t = *lane.tasks[lane.head];
     int peer = t.waitingOn();
     if (t.peerAborted()) {

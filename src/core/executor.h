@@ -43,7 +43,7 @@ class Executor {
   using LaneId = std::tuple<Communicator*, uint64_t, int>;  // (communicator, lane id, index)
   struct Lane {
     LaneId id;
-    Communicator* comm;
+    Communicator* comm() const { return std::get<0>(id); }
     OpOrder* order = nullptr;  // of comm's collectives
     std::vector<std::unique_ptr<algorithms::Task>> tasks;  // in call order; tasks before `head` are done
     std::vector<int> ops;  // per task: its collective (OpOrder), or -1
