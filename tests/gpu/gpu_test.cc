@@ -335,8 +335,8 @@ std::string roundsRank(int rank, int nranks, const ncclUniqueId& id) {
     std::vector<TestOp> largeOps = type == ncclFloat32    ? std::vector<TestOp>{TestOp::kAvg, TestOp::kPreMulDevice}
                                    : type == ncclBfloat16 ? std::vector<TestOp>{TestOp::kPreMulDevice}
                                                           : std::vector<TestOp>{TestOp::kSum};
-    for (size_t count : {(size_t{640} << 10) / device::dtypeSize(type) + 3, (size_t{1} << 20) + 7}) {
-      bool large = count == (size_t{1} << 20) + 7;
+    for (bool large : {false, true}) {
+      size_t count = large ? (size_t{1} << 20) + 7 : (size_t{640} << 10) / device::dtypeSize(type) + 3;
       for (bool inPlace : {false, true}) {
         for (TestOp op : large ? largeOps : allOps)
           if (err.empty()) err = checkReductions(r, type, op, inPlace, count);
