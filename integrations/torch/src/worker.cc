@@ -35,12 +35,14 @@ Worker::~Worker() {
 }
 
 void Worker::submit(Batch batch) {
+  std::vector<Batch> spent;
   {
     std::lock_guard<std::mutex> lock(m_);
     queue_.push_back(std::move(batch));
+    spent.swap(spent_);
   }
   wake_.notify_one();
-}
+}  // `spent` is dropped here, outside the lock
 
 void Worker::abort(const std::string& why) {
   std::lock_guard<std::mutex> lock(m_);
@@ -70,6 +72,11 @@ void Worker::loop() {
     run(batch);
     lock.lock();
     running_ = false;
+    // A tensor whose Python object is gone needs the GIL to be freed: on this thread
+    // that deadlocks against a caller destroying the group with the GIL held, and
+    // while the interpreter finalizes it ends this thread inside a destructor
+    // (std::terminate). The caller's thread drops it instead.
+    spent_.push_back(std::move(batch));
   }
 }
 
