@@ -38,11 +38,15 @@ void Worker::submit(Batch batch) {
   std::vector<Batch> spent;
   {
     std::lock_guard<std::mutex> lock(m_);
-    queue_.push_back(std::move(batch));
     spent.swap(spent_);
   }
+  spent.clear();  // outside the lock, and before the new batch can stage copies of its own
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    queue_.push_back(std::move(batch));
+  }
   wake_.notify_one();
-}  // `spent` is dropped here, outside the lock
+}
 
 void Worker::abort(const std::string& why) {
   std::lock_guard<std::mutex> lock(m_);

@@ -38,7 +38,7 @@ class Worker {
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
-  // Also drops, on the caller's thread, the batches that have run since the last call.
+  // First drops, on the caller's thread, the batches that have run since the last submit.
   void submit(Batch batch);
   // Aborts the communicator once (from any thread; the calls inside return with
   // an error); every later operation fails with `why`.
@@ -57,9 +57,9 @@ class Worker {
   std::mutex m_;
   std::condition_variable wake_, watchWake_;
   std::deque<Batch> queue_;
-  // Batches that have run, with the last references to the caller's tensors: dropped
-  // on the caller's thread (the next submit, or the destructor), never on the
-  // worker's, since freeing a tensor whose Python object the caller has dropped
+  // Batches that have run, maybe with the last references to the caller's tensors and
+  // Works: dropped on a caller's thread (the next submit, or the destructor), never on
+  // the worker's, since freeing a tensor whose Python object the caller has dropped
   // takes the GIL (see worker.cc).
   std::vector<Batch> spent_;
   bool stop_ = false;
