@@ -48,10 +48,11 @@ for stage in $stages; do
     ops=100  # ASan: 144 s with 150, 340 with 300; TSan: 6 minutes with 300
     (cd "build-$stage" && STRATA_STRESS=1 STRATA_STRESS_OPS=$ops STRATA_STRESS_EPOCH_OPS=100 \
       ctest -j 1 --output-on-failure --timeout 900 -L stress -E "$skip")
-    # Simulated GPUs, strict, ranks as threads: about 4 minutes. Not the many-round
+    # Simulated GPUs, strict, ranks as threads: about 3 minutes. Not the many-round
     # collectives across GPUs (84 s under TSan): KernelCollProtocol below runs rounds.
     if [ "$stage" = tsan ]; then
-      # (not 3 ranks on one GPU, nor 2 on their own: 2 and 4, and 4, run the same code; 29 s)
+      # Not 3 ranks on one GPU (2 and 4 run the same code), nor 2 ranks each on its own
+      # GPU (4 do): 29 s.
       sim='OneGpu/GpuCollectives.*threads*:GpuSharing.*:GpuCapture.*:GpuStreams.*:GpuReduceOutputs.*:SharedGpu.*:GpuSimulator.AnEvent*'
       sim="$sim:-OneGpu/GpuCollectives.*threads_3ranks"
       (cd build-tsan && STRATA_GPU_SIM=1 STRATA_GPU_SIM_STRICT=1 timeout 900 tests/gpu_test --gtest_filter="$sim")

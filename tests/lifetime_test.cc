@@ -213,9 +213,9 @@ TEST(Lifetime, SecondAbortOrDestroyWhileTheFirstRuns) {
 }
 
 // The race itself, 1,000 times (STRATA_TEST_ABORT_RACES sets the count: the sanitizer
-// stages, where each race takes 1.5-3x as long, run 250): an abort at a random moment 0-3 ms after the
-// collective starts (before it enters the library, inside it, asleep in it).
-// Whatever the order, the call returns an error, never crashes or hangs.
+// stages, where each race takes 1.5-3x as long, run 250): an abort at a random moment
+// 0-3 ms after the collective starts (before it enters the library, inside it, asleep
+// in it). Whatever the order, the call returns an error, never crashes or hangs.
 TEST(Lifetime, AbortRaceThousandTimes) {
   const char* env = getenv("STRATA_TEST_ABORT_RACES");
   const int races = env ? std::max(1, atoi(env)) : 1000;
