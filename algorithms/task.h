@@ -35,6 +35,13 @@ class Task {
   // Work that only speeds up a peer (copying part of what the peer reads), for a
   // sweep in which nothing else on this rank moved. True if it did any.
   virtual bool helpWhileIdle() { return false; }
+  // True when rearm() can make this task, once done, run its operation again: the
+  // same call made again (same buffers, count, type, reduction) then reuses the task
+  // instead of planning (core/kept_call.h). Only a task that depends on nothing but
+  // its operation's arguments, its links and its algorithm's state says so: not one
+  // that uses registered memory, exposures or scratch made for one call.
+  virtual bool reusable() const { return false; }
+  virtual void rearm() {}
 };
 
 // What a task last waited for: one rank and one connection. Only that

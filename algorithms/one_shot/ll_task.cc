@@ -25,6 +25,15 @@ class LlOneShotTask final : public Task {
       : a_(std::move(a)), ll_(*ll), n_(static_cast<int>(ll->in.size())), esize_(device::dtypeSize(a_.type)),
         got_(ll->got), inputs_(ll->inputs) {
     chunk_ = std::max<size_t>(1, kLlWordsPerSlot * 4 / esize_);
+    rearm();
+  }
+
+  // Its state is the chunk it is at; the mesh's rounds go on from call to call.
+  bool reusable() const override { return true; }
+  void rearm() override {
+    chunkIndex_ = 0;
+    sent_ = false;
+    blocked_ = Blocker();
     got_.assign(n_, 0);  // no allocation after the first call: the mesh keeps them
     inputs_.resize(n_);
     for (int j = 0; j < n_; ++j) inputs_[j] = staging(j);

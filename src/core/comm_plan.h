@@ -64,6 +64,9 @@ class CommPlan final : public algorithms::PlanContext, public algorithms::Links 
   }
   // Copies a rank's sends to itself into its receives from itself, in call order.
   void matchSelfCopies();
+  // Whether running the plan's tasks again repeats all of its work (no copies to self,
+  // which are made while links open).
+  bool repeatable() const { return selfSends_.empty() && selfRecvs_.empty(); }
   // The tasks, by lane, in call order; made once the links are open.
   struct Pending {
     algorithms::LaneKey lane;

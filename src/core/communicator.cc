@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "core/device_proxy.h"
+#include "core/kept_call.h"
 #include "core/post_office.h"
 #include "device/gpu.h"
 #include "transports/transport.h"
@@ -161,6 +162,10 @@ std::unique_ptr<CommPlan> Communicator::takePlan(void* deviceStream) {
 
 void Communicator::returnPlan(std::unique_ptr<CommPlan> plan) { delete sparePlan_.exchange(plan.release()); }
 
+std::unique_ptr<KeptCall> Communicator::takeKeptCall() { return std::unique_ptr<KeptCall>(keptCall_.exchange(nullptr)); }
+
+void Communicator::keepCall(std::unique_ptr<KeptCall> call) { delete keptCall_.exchange(call.release()); }
+
 void Communicator::orderStreamWork(void* stream) {
   std::lock_guard<std::mutex> lock(streamWorkMutex_);
   if (!streamWorkMarked_ || lastWorkStream_ == stream) return;
@@ -203,6 +208,7 @@ void Communicator::waitStreamWork(const char* fn) {
 }
 
 Communicator::~Communicator() {
+  delete keptCall_.exchange(nullptr);
   delete sparePlan_.exchange(nullptr);
   releaseDevice(0);
   if (streamWork_) {

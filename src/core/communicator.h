@@ -26,6 +26,7 @@ namespace strata::core {
 
 class DeviceProxy;
 class CommPlan;
+struct KeptCall;
 
 // Set to the name of the lifetime call (ncclCommAbort, ...) that stops a handle;
 // null while it lives. Waits during init consult it.
@@ -79,6 +80,10 @@ class Communicator {
   // containers keep their memory); safe from any thread.
   std::unique_ptr<CommPlan> takePlan(void* deviceStream);
   void returnPlan(std::unique_ptr<CommPlan> plan);
+  // The last call, kept planned for the same call again (kept_call.h); safe from any
+  // thread: whoever takes it owns it until it keeps it again.
+  std::unique_ptr<KeptCall> takeKeptCall();
+  void keepCall(std::unique_ptr<KeptCall> call);
 
   // Staging: bytes per slot and ring channels (NCCL_BUFFSIZE, STRATA_NSLOTS, NCCL_*_NCHANNELS, ncclConfig_t).
   size_t slotBytes() const { return slotBytes_; }
@@ -197,6 +202,7 @@ class Communicator {
   void* lastWorkStream_ = nullptr;
   std::atomic<bool> streamWorkMarked_{false};  // written under streamWorkMutex_; read first without it
   std::atomic<CommPlan*> sparePlan_{nullptr};
+  std::atomic<KeptCall*> keptCall_{nullptr};  // its tasks use the pool's links: deleted first
   std::atomic<ncclResult_t> asyncError_{ncclSuccess};
   std::atomic<bool> abortRequested_{false};
   mutable std::mutex stopMutex_;

@@ -21,6 +21,16 @@ inline void cpuRelax() { __builtin_ia32_pause(); }
 // How long a rank waits before it asks whether the peer's process is gone.
 constexpr double kExitedPeerSec = 0.2;
 
+// NCCL_DEBUG_SUBSYS=COLL: an operation as called, the algorithm that runs it, and
+// whether it was planned or ran as the same call kept from before (kept_call.h).
+void logCall(Communicator& comm, const OpDesc& op, const algorithms::Choice& c, const char* how) {
+  if (!logEnabled(LogLevel::kInfo, kSubsysColl)) return;
+  STRATA_INFO(kSubsysColl, comm.rank(),
+              "%s: sendbuff %p recvbuff %p count %zu datatype %d op %d root %d comm %#lx [nranks=%d]: %s/%s, %s", op.fn,
+              op.sendbuff, op.recvbuff, op.count, op.rawType, rawEnum(op.op), op.root,
+              static_cast<unsigned long>(comm.magic()), comm.nranks(), c.name(), algorithms::protocolName(c.proto), how);
+}
+
 }  // namespace
 
 thread_local std::unique_ptr<Executor::Storage> Executor::spare_;
@@ -32,6 +42,7 @@ Executor::Executor(void* deviceStream, bool streamOrdered)
       streamOrdered_(streamOrdered) {}
 
 Executor::~Executor() {
+  if (keepable()) keep();
   for (Lane& lane : lanes()) {  // the tasks first: they may point into their plan's scratch
     lane.tasks.clear();
     lane.ops.clear();
@@ -71,9 +82,69 @@ CommPlan& Executor::planOf(Communicator& comm) {
   return *plans_.back().second;
 }
 
+bool Executor::keepable() const {
+  if (!finished_ || !key_ || ops_ != 1 || ordered_ || s_->used == 0 || !plans_.front().second->repeatable())
+    return false;
+  for (size_t i = 0; i < s_->used; ++i)
+    for (const auto& t : s_->lanes[i].tasks)
+      if (!t->reusable()) return false;
+  return true;
+}
+
+void Executor::keep() {
+  std::unique_ptr<KeptCall> k = kept_ ? std::move(kept_) : std::make_unique<KeptCall>();
+  k->key = *key_;
+  k->choice = choice_;
+  k->lanes.resize(s_->used);
+  for (size_t i = 0; i < s_->used; ++i) {
+    Lane& lane = s_->lanes[i];
+    k->lanes[i].id = std::get<1>(lane.id);
+    k->lanes[i].index = std::get<2>(lane.id);
+    k->lanes[i].tasks.swap(lane.tasks);
+    k->lanes[i].ops.swap(lane.ops);
+  }
+  auto& [comm, plan] = plans_.front();
+  k->plan = std::move(plan);
+  plans_.clear();
+  comm->keepCall(std::move(k));
+}
+
+bool Executor::runAgain(Communicator& comm, const OpDesc& op) {
+  std::optional<KeptCall::Key> key;
+  if (!deviceStream_ && plans_.empty()) key = KeptCall::keyOf(op);
+  if (!key) return false;
+  std::unique_ptr<KeptCall> k = comm.takeKeptCall();
+  if (!k) return false;
+  if (!(k->key == *key)) {  // another call: it plans, and keeps its own
+    comm.returnPlan(std::move(k->plan));
+    return false;
+  }
+  comm.failIfStopped();
+  plans_.emplace_back(&comm, std::move(k->plan));
+  for (KeptCall::Lane& kl : k->lanes) {
+    Lane& lane = laneFor({&comm, kl.id, kl.index});
+    lane.order = &plans_.back().second->order();
+    lane.tasks.swap(kl.tasks);
+    lane.ops.swap(kl.ops);
+    for (auto& t : lane.tasks) t->rearm();
+  }
+  key_ = key;
+  choice_ = k->choice;
+  kept_ = std::move(k);
+  firstFn_ = op.fn;
+  ops_ = 1;
+  logCall(comm, op, choice_, "kept");
+  progressAndLog();
+  return true;
+}
+
 void Executor::add(Communicator& comm, const OpDesc& op) {
   CommPlan& plan = planOf(comm);  // every communicator of the group takes part, even with nothing to move
   if (!firstFn_) firstFn_ = op.fn;
+  if (ops_ == 0 && !deviceStream_)
+    key_ = KeptCall::keyOf(op);
+  else
+    key_.reset();
   ++ops_;
   if (op.count == 0) return;
   algorithms::CollectiveOp c;
@@ -96,6 +167,8 @@ void Executor::add(Communicator& comm, const OpDesc& op) {
                 (streamOrdered_ || device::isDevicePointer(op.sendbuff) || device::isDevicePointer(op.recvbuff));
   // The tuner's choice; throws when NCCL_ALGO / NCCL_PROTO exclude every candidate.
   algorithms::Choice choice = comm.choose(c.coll, c.bytes, device, device && streamOrdered_);
+  if (ops_ == 1) choice_ = choice;
+  logCall(comm, op, choice, "planned");
   int index = plan.order().add(op, comm.rank(), comm.nranks());
   // The pairwise all-to-all copies an in-place input when it plans (before the group
   // runs), so it cannot wait for an earlier collective that writes that input.
@@ -136,17 +209,22 @@ void Executor::openAndMake() {
 
 void Executor::run() {
   if (plans_.empty()) return;
-  // NCCL_DEBUG_SUBSYS=NET: what the transports moved for this group (counters of the process).
-  bool countNet = logEnabled(LogLevel::kInfo, kSubsysNet);
-  std::vector<transport::Activity> before;
-  if (countNet) before = transport::activity();
   try {
     openAndMake();
   } catch (const Error& e) {  // opening links: say which call it was for
     failAll(e.code(), std::string(firstFn_ ? firstFn_ : "ncclGroupEnd") + ": " + e.what());
   }
+  progressAndLog();
+}
+
+void Executor::progressAndLog() {
+  // NCCL_DEBUG_SUBSYS=NET: what the transports moved for this group (counters of the process).
+  bool countNet = logEnabled(LogLevel::kInfo, kSubsysNet);
+  std::vector<transport::Activity> before;
+  if (countNet) before = transport::activity();
   polling_ = transport::needsPolling();
   progressAll();
+  finished_ = true;
   if (countNet) logActivity(before);
 }
 

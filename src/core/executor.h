@@ -8,6 +8,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <tuple>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "algorithms/algorithm.h"
 #include "core/comm_plan.h"
 #include "core/communicator.h"
+#include "core/kept_call.h"
 #include "core/op.h"
 #include "transports/transport.h"
 
@@ -35,6 +37,10 @@ class Executor {
   // Connects what the plans need and runs everything; throws on failure,
   // after telling the peers of every communicator involved to stop.
   void run();
+  // Runs a call of this one operation with the tasks its communicator kept from the
+  // same call last time (kept_call.h), rearmed; false, having done nothing, when none
+  // were kept for it (then add() and run() it). Throws as run() does.
+  bool runAgain(Communicator& comm, const OpDesc& op);
 
  private:
   // Tasks of a lane in flight at once where they overlap (Task::overlaps): eight, the
@@ -69,6 +75,9 @@ class Executor {
   bool sweep();
   bool startOverlapping(Lane& lane);
   bool sweepOrFail();  // sweep(), failing every communicator on a protocol error
+  void progressAndLog();  // progressAll(), logging what the transports moved under NCCL_DEBUG_SUBSYS=NET
+  bool keepable() const;  // this finished call can be kept for the same call again
+  void keep();  // hands the plan and tasks to the communicator (KeptCall)
   void checkHealth(double idleSec);
   void logActivity(const std::vector<transport::Activity>& before) const;
   void checkStopped();  // fails the group when a communicator of it was stopped (abort, revoke)
@@ -87,6 +96,10 @@ class Executor {
   bool polling_ = false;  // some link needs this thread to move its data (sockets)
   const char* firstFn_ = nullptr;  // the first operation's API call, for messages
   int ops_ = 0;                    // operations added
+  bool finished_ = false;          // every task is done
+  std::optional<KeptCall::Key> key_;  // of the first operation, if it can be kept
+  algorithms::Choice choice_;         // the first operation's algorithm
+  std::unique_ptr<KeptCall> kept_;    // what runAgain took, to keep again
 };
 
 }  // namespace strata::core
