@@ -144,6 +144,10 @@ class PlanContext {
   virtual void selfRecv(const char* fn, void* buf, size_t bytes) = 0;
   // Memory that lives until the group has run.
   virtual char* scratch(size_t bytes) = 0;
+  // The plan did part of the operation as it planned (a small copy made at once, an
+  // input copied into scratch): its tasks alone do not repeat the operation, so the
+  // same call made again must plan again (core/kept_call.h, Task::reusable).
+  virtual void workedWhilePlanning() = 0;
   // State an algorithm keeps per communicator across operations (made on first use).
   template <typename T>
   T& state() {

@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -25,50 +26,67 @@ std::string at(const char* what, int it, size_t i, long long got, long long want
          "] = " + std::to_string(got) + ", expected " + std::to_string(want);
 }
 
-// A loop of the same small all-reduce (kept after its first call), its input new at
-// every iteration, interleaved with calls that differ from it in one argument each:
-// the count (more than one LL round: 4 KiB of data per round), the reduction, the
-// output buffer (in place), and a broadcast. Each is exact, every time.
+// Each kind of call made four times in a row with new input (the three after the
+// first run kept), then the next kind (which plans again), the whole sequence
+// twice: the LL all-reduce (also over three LL rounds: 4 KiB of data per round),
+// the ring's all-gather, reduce-scatter, broadcast and reduce, the pairwise
+// all-to-all (planned every time: its own piece is copied as it plans), an
+// in-place all-reduce, and a send and receive. Each is exact, every time.
 std::string loopRank(int rank, int n, const ncclUniqueId& id) {
   ncclComm_t comm;
   RANK_NCCL(ncclCommInitRank(&comm, n, id, rank));
-  constexpr size_t kSmall = 6, kLarge = 2500;  // 24 B; 10000 B: three rounds
-  std::vector<int> in(kLarge), out(kLarge);
-  auto fill = [&](int it) {
-    for (size_t i = 0; i < kLarge; ++i) in[i] = (rank + 1) * (it + 1) + static_cast<int>(i);
+  constexpr size_t c = 6, kLarge = 2500;  // 24 B; 10000 B: three LL rounds
+  std::vector<int> in(n * kLarge), out(n * kLarge);
+  const long long tri = n * (n + 1) / 2;
+  struct Kind {
+    const char* name;
+    size_t count;  // elements checked
+    std::function<ncclResult_t()> call;
+    std::function<long long(int it, size_t i)> want;  // -1: not checked on this rank
   };
-  // sum over ranks of (r + 1)(it + 1) + i
-  auto sum = [&](int it, size_t i) { return (it + 1) * n * (n + 1) / 2 + n * static_cast<long long>(i); };
-  for (int it = 0; it < 60; ++it) {
-    fill(it);
-    RANK_NCCL(ncclAllReduce(in.data(), out.data(), kSmall, ncclInt32, ncclSum, comm, nullptr));
-    for (size_t i = 0; i < kSmall; ++i)
-      if (out[i] != sum(it, i)) return at("the repeated all-reduce", it, i, out[i], sum(it, i));
-    if (it % 5 == 1) {
-      RANK_NCCL(ncclAllReduce(in.data(), out.data(), kLarge, ncclInt32, ncclSum, comm, nullptr));
-      for (size_t i = 0; i < kLarge; ++i)
-        if (out[i] != sum(it, i)) return at("the larger all-reduce", it, i, out[i], sum(it, i));
-    }
-    if (it % 5 == 2) {
-      RANK_NCCL(ncclAllReduce(in.data(), out.data(), kSmall, ncclInt32, ncclMax, comm, nullptr));
-      for (size_t i = 0; i < kSmall; ++i) {
-        long long want = n * (it + 1) + static_cast<long long>(i);
-        if (out[i] != want) return at("the max all-reduce", it, i, out[i], want);
+  auto inOf = [](int r, int it, size_t i) { return (r + 1LL) * (it + 1) + static_cast<long long>(i); };
+  std::vector<Kind> kinds = {
+      {"all-reduce", c, [&] { return ncclAllReduce(in.data(), out.data(), c, ncclInt32, ncclSum, comm, nullptr); },
+       [&](int it, size_t i) { return (it + 1) * tri + n * static_cast<long long>(i); }},
+      {"larger all-reduce", kLarge,
+       [&] { return ncclAllReduce(in.data(), out.data(), kLarge, ncclInt32, ncclSum, comm, nullptr); },
+       [&](int it, size_t i) { return (it + 1) * tri + n * static_cast<long long>(i); }},
+      {"all-gather", n * c, [&] { return ncclAllGather(in.data(), out.data(), c, ncclInt32, comm, nullptr); },
+       [&](int it, size_t i) { return inOf(static_cast<int>(i / c), it, i % c); }},
+      {"reduce-scatter", c,
+       [&] { return ncclReduceScatter(in.data(), out.data(), c, ncclInt32, ncclSum, comm, nullptr); },
+       [&](int it, size_t i) { return (it + 1) * tri + n * static_cast<long long>(rank * c + i); }},
+      {"broadcast", c, [&] { return ncclBroadcast(in.data(), out.data(), c, ncclInt32, 1, comm, nullptr); },
+       [&](int it, size_t i) { return inOf(1, it, i); }},
+      {"reduce", c, [&] { return ncclReduce(in.data(), out.data(), c, ncclInt32, ncclSum, 0, comm, nullptr); },
+       [&](int it, size_t i) { return rank == 0 ? (it + 1) * tri + n * static_cast<long long>(i) : -1; }},
+      {"all-to-all", n * c, [&] { return ncclAlltoAll(in.data(), out.data(), c, ncclInt32, comm, nullptr); },
+       [&](int it, size_t i) { return inOf(static_cast<int>(i / c), it, rank * c + i % c); }},
+      {"in-place all-reduce", c,
+       [&] { return ncclAllReduce(out.data(), out.data(), c, ncclInt32, ncclSum, comm, nullptr); },
+       [&](int it, size_t i) { return (it + 1) * tri + n * static_cast<long long>(i); }},
+      {"send and receive", c,
+       [&] {
+         if (n != 2) return ncclSuccess;
+         return rank == 0 ? ncclSend(in.data(), c, ncclInt32, 1, comm, nullptr)
+                          : ncclRecv(out.data(), c, ncclInt32, 0, comm, nullptr);
+       },
+       [&](int it, size_t i) { return n == 2 && rank == 1 ? inOf(0, it, i) : -1; }},
+  };
+  int it = 0;
+  for (int pass = 0; pass < 2; ++pass)
+    for (const Kind& k : kinds)
+      for (int rep = 0; rep < 4; ++rep, ++it) {
+        for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int>(inOf(rank, it, i));
+        bool inPlace = std::string(k.name).rfind("in-place", 0) == 0;
+        for (size_t i = 0; i < out.size(); ++i) out[i] = inPlace ? in[i] : -1;  // in place: out is the input
+        ncclResult_t r = k.call();
+        if (r != ncclSuccess) return ncclFailure(k.name, r);
+        for (size_t i = 0; i < k.count; ++i) {
+          long long want = k.want(it, i);
+          if (want >= 0 && out[i] != want) return at(k.name, it, i, out[i], want);
+        }
       }
-    }
-    if (it % 5 == 3) {
-      RANK_NCCL(ncclAllReduce(in.data(), in.data(), kSmall, ncclInt32, ncclSum, comm, nullptr));
-      for (size_t i = 0; i < kSmall; ++i)
-        if (in[i] != sum(it, i)) return at("the in-place all-reduce", it, i, in[i], sum(it, i));
-    }
-    if (it % 5 == 4) {
-      RANK_NCCL(ncclBroadcast(in.data(), out.data(), kSmall, ncclInt32, it % n, comm, nullptr));
-      for (size_t i = 0; i < kSmall; ++i) {
-        long long want = (it % n + 1) * (it + 1) + static_cast<long long>(i);
-        if (out[i] != want) return at("the broadcast", it, i, out[i], want);
-      }
-    }
-  }
   RANK_NCCL(ncclCommDestroy(comm));
   return "";
 }
@@ -107,13 +125,16 @@ INSTANTIATE_TEST_SUITE_P(Host, KeptCall, ::testing::Values(Mode::kThreads, Mode:
                          [](const auto& info) { return std::string(modeName(info.param)); });
 
 // What each call did, as NCCL_DEBUG_SUBSYS=COLL logs it: the first of a loop plans,
-// the ones after run kept; a new configuration (NCCL_PROTO) plans again, and a
-// protocol whose tasks cannot rearm (Simple's FIFOs) plans every time.
+// the ones after run kept (the LL all-reduce, the ring's all-gather); a new
+// configuration (NCCL_PROTO) plans again, and the Simple one-shot, whose task
+// cannot rearm, plans every time.
 std::string loggedRank(int rank, int n, const ncclUniqueId& id) {
   ncclComm_t comm;
   RANK_NCCL(ncclCommInitRank(&comm, n, id, rank));
   float in[2] = {1, 2}, out[2];
   for (int i = 0; i < 3; ++i) RANK_NCCL(ncclAllReduce(in, out, 2, ncclFloat, ncclSum, comm, nullptr));
+  float all[4];
+  for (int i = 0; i < 2; ++i) RANK_NCCL(ncclAllGather(in, all, 2, ncclFloat, comm, nullptr));
   setenv("NCCL_PROTO", "Simple", 1);
   // A reload starts the log file again (as NCCL's does): the second part goes to its own.
   std::string file = getenv("NCCL_DEBUG_FILE");
@@ -145,15 +166,16 @@ TEST(KeptCallLog, SaysWhichCallsPlannedAndWhichRanKept) {
     for (const std::string& part : {name, "then." + name.substr(6)}) {
       std::ifstream in(dir + "/" + part);
       for (std::string l; std::getline(in, l);) {
-        if (l.find("ncclAllReduce: sendbuff") == std::string::npos) continue;
-        size_t at = l.find("[nranks=2]: ");
+        size_t fn = l.find("INFO nccl"), at = l.find("[nranks=2]: ");
+        if (fn == std::string::npos || l.find(": sendbuff", fn) == std::string::npos) continue;
         ASSERT_NE(at, std::string::npos) << l;
-        said += l.substr(at + 12) + "\n";
+        said += l.substr(fn + 5, l.find(':', fn) - fn - 5) + " " + l.substr(at + 12) + "\n";
       }
     }
     EXPECT_EQ(said,
-              "OneShot/LL, planned\nOneShot/LL, kept\nOneShot/LL, kept\n"
-              "OneShot/Simple, planned\nOneShot/Simple, planned\n");
+              "ncclAllReduce OneShot/LL, planned\nncclAllReduce OneShot/LL, kept\nncclAllReduce OneShot/LL, kept\n"
+              "ncclAllGather Ring/Simple, planned\nncclAllGather Ring/Simple, kept\n"
+              "ncclAllReduce OneShot/Simple, planned\nncclAllReduce OneShot/Simple, planned\n");
   }
   EXPECT_EQ(ranks, 2);
   std::filesystem::remove_all(dir);

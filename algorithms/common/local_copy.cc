@@ -28,6 +28,8 @@ class LocalCopyTask final : public Task {
     return true;
   }
   bool done() const override { return offset_ == bytes_; }
+  bool reusable() const override { return true; }
+  void rearm() override { offset_ = 0; }
   int waitingOn() const override { return -1; }
   bool peerAborted() const override { return false; }
   const char* fn() const override { return fn_; }
@@ -44,14 +46,11 @@ class LocalCopyTask final : public Task {
 
 void addLocalCopy(PlanContext& ctx, const char* fn, void* dst, const void* src, size_t bytes) {
   if (dst == src || bytes == 0) return;
-  // Small: the peers' pieces go eagerly through the slots, nothing waits for this
-  // rank, and a task would cost more; but not before an earlier collective of the
-  // group that shares this memory has run (an in-place all-reduce, then an all-gather
-  // of its result: the all-gather's own piece was copied from the input before).
-  if ((bytes < ctx.putBytes() || ctx.putBytes() == 0) && !ctx.waitsForEarlier()) {
-    memmove(dst, src, bytes);
-    return;
-  }
+  // A task even when small (its lane runs it in the first sweep, after the peers'
+  // pieces went out): nothing of the operation is done as it plans, so the same call
+  // made again reruns it (Task::reusable), and it waits for an earlier collective of
+  // the group that shares its memory (an in-place all-reduce, then an all-gather of
+  // its result).
   auto* d = static_cast<char*>(dst);
   auto* s = static_cast<const char*>(src);
   ctx.addTask({linkId("local.copy"), 0}, [=](Links&) { return std::make_unique<LocalCopyTask>(fn, d, s, bytes); });

@@ -11,8 +11,7 @@ namespace strata::algorithms {
 
 // Queues the copy of `bytes` from `src` to `dst` (nothing when they are the same).
 // Overlapping ranges are moved at once, as memmove does; disjoint ones in chunks,
-// one per sweep, so the executor keeps the other lanes going between them. Below
-// STRATA_PUT_BYTES (where transfers go eagerly through the slots) it copies at once.
+// one per sweep, so the executor keeps the other lanes going between them.
 void addLocalCopy(PlanContext& ctx, const char* fn, void* dst, const void* src, size_t bytes);
 
 }  // namespace strata::algorithms

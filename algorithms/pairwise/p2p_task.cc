@@ -28,6 +28,9 @@ class P2pTask final : public Task {
     return offset_ == a_.bytes && (a_.mode != P2pTaskArgs::Mode::kPut || !a_.send || a_.send->puts()->putsComplete());
   }
   int waitingOn() const override { return a_.peer; }
+  // Through the slots only: one-sided transfers use a registration made for the call.
+  bool reusable() const override { return a_.mode == P2pTaskArgs::Mode::kSlots; }
+  void rearm() override { offset_ = 0; }
   // Point-to-point receives of one-sided writes from one peer: the transport may
   // post their offers as one grouped receive (PutReceiver::tryOffer).
   bool overlaps(const Task& next) const override {

@@ -83,6 +83,7 @@ class Pairwise final : public Algorithm {
         if (overlaps(src, dst, piece * n)) {  // in place: send from a copy of the input
           char* copy = ctx.scratch(piece * n);
           memcpy(copy, src, piece * n);
+          ctx.workedWhilePlanning();
           src = copy;
         }
         for (int j = 0; j < n; ++j) {

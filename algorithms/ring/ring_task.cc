@@ -33,6 +33,15 @@ class RingTask final : public Task {
   int waitingOn() const override { return blocked_.peer; }
   const char* fn() const override { return a_.fn; }
   bool peerAborted() const override { return blocked_.aborted(); }
+  // Through the slots only: one-sided writes use a registration made for the call.
+  bool reusable() const override { return !a_.putsIn && !a_.putsOut; }
+  void rearm() override {
+    next_ = offered_ = 0;
+    in_ = nullptr;
+    out_ = nullptr;
+    inPut_ = computed_ = haveStep_ = false;
+    blocked_ = Blocker();
+  }
 
  private:
   // One-sided writes: a message that is a plain copy (it lands in the output:

@@ -14,6 +14,7 @@ void CommPlan::reset(void* deviceStream) {
   regions_.clear();
   pending_.clear();
   op_ = -1;
+  worked_ = false;
   order_.clear();
   selfSends_.clear();
   selfRecvs_.clear();

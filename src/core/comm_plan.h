@@ -44,6 +44,7 @@ class CommPlan final : public algorithms::PlanContext, public algorithms::Links 
   void selfSend(const char* fn, const void* buf, size_t bytes) override;
   void selfRecv(const char* fn, void* buf, size_t bytes) override;
   char* scratch(size_t bytes) override;
+  void workedWhilePlanning() override { worked_ = true; }
 
   // Links
   transport::SendConnection& send(const LinkKey& k) override { return comm_.pool().send(k); }
@@ -64,9 +65,9 @@ class CommPlan final : public algorithms::PlanContext, public algorithms::Links 
   }
   // Copies a rank's sends to itself into its receives from itself, in call order.
   void matchSelfCopies();
-  // Whether running the plan's tasks again repeats all of its work (no copies to self,
-  // which are made while links open).
-  bool repeatable() const { return selfSends_.empty() && selfRecvs_.empty(); }
+  // Whether running the plan's tasks again repeats all of its work: nothing done as
+  // it planned, and no copies to self (made while links open).
+  bool repeatable() const { return !worked_ && selfSends_.empty() && selfRecvs_.empty(); }
   // The tasks, by lane, in call order; made once the links are open.
   struct Pending {
     algorithms::LaneKey lane;
@@ -113,6 +114,7 @@ class CommPlan final : public algorithms::PlanContext, public algorithms::Links 
   RegionNeeds regions_;
   std::vector<Pending> pending_;
   int op_ = -1;
+  bool worked_ = false;  // workedWhilePlanning()
   OpOrder order_;
   std::vector<SelfCopy> selfSends_, selfRecvs_;
   std::vector<std::unique_ptr<char[]>> scratch_;

@@ -83,6 +83,7 @@ class Communicator {
   // The last call, kept planned for the same call again (kept_call.h); safe from any
   // thread: whoever takes it owns it until it keeps it again.
   std::unique_ptr<KeptCall> takeKeptCall();
+  bool hasKeptCall() const { return keptCall_.load(std::memory_order_relaxed) != nullptr; }
   void keepCall(std::unique_ptr<KeptCall> call);
 
   // Staging: bytes per slot and ring channels (NCCL_BUFFSIZE, STRATA_NSLOTS, NCCL_*_NCHANNELS, ncclConfig_t).

@@ -111,7 +111,7 @@ void Executor::keep() {
 
 bool Executor::runAgain(Communicator& comm, const OpDesc& op) {
   std::optional<KeptCall::Key> key;
-  if (!deviceStream_ && plans_.empty()) key = KeptCall::keyOf(op);
+  if (!deviceStream_ && plans_.empty() && comm.hasKeptCall()) key = KeptCall::keyOf(op);
   if (!key) return false;
   std::unique_ptr<KeptCall> k = comm.takeKeptCall();
   if (!k) return false;
