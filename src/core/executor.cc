@@ -141,12 +141,10 @@ bool Executor::runAgain(Communicator& comm, const OpDesc& op) {
 void Executor::add(Communicator& comm, const OpDesc& op) {
   CommPlan& plan = planOf(comm);  // every communicator of the group takes part, even with nothing to move
   if (!firstFn_) firstFn_ = op.fn;
-  if (ops_ == 0 && !deviceStream_)
-    key_ = KeptCall::keyOf(op);
-  else
-    key_.reset();
   ++ops_;
-  if (op.count == 0) return;
+  if (ops_ > 1) key_.reset();
+  if (op.count == 0) return;  // nothing to keep either
+  if (ops_ == 1 && !deviceStream_) key_ = KeptCall::keyOf(op);
   algorithms::CollectiveOp c;
   c.kind = op.kind == OpKind::kSend   ? algorithms::CollectiveOp::Kind::kSend
            : op.kind == OpKind::kRecv ? algorithms::CollectiveOp::Kind::kRecv
