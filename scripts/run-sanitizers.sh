@@ -18,7 +18,7 @@ set -euo pipefail
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 cd "$(dirname "$0")/.."
 stages=${STRATA_SANITIZER_STAGES:-asan tsan fuzz}
-targets=(unit_tests core_tests task_tests topology_tests transport_conformance lifetime_test stress_test ib_tests
+targets=(unit_tests core_tests task_tests topology_tests transport_conformance lifetime_test kept_call_test stress_test ib_tests
   socket_network_tests
   strata_verbs_emu)
 fuzz_targets=$(sed -n 's/^  \(fuzz_[a-z_]*\):.*/\1/p' tests/fuzz/CMakeLists.txt)
@@ -45,6 +45,8 @@ for stage in $stages; do
     (cd "build-$stage" && ctest -j "$(nproc)" --output-on-failure --timeout 900 -L 'unit|transport' -E "$skip")
     (cd "build-$stage" && STRATA_TEST_ABORT_RACES=250 ctest -j "$(nproc)" --output-on-failure --timeout 900 \
       -R Lifetime -E "$skip")  # 1,000 races: 85 s under TSan
+    # Kept calls: tasks rerun call after call, and deleted with their communicator.
+    (cd "build-$stage" && ctest -j "$(nproc)" --output-on-failure --timeout 900 -R '^Host/KeptCall' -E "$skip")
     ops=100  # ASan: 144 s with 150, 340 with 300; TSan: 6 minutes with 300
     (cd "build-$stage" && STRATA_STRESS=1 STRATA_STRESS_OPS=$ops STRATA_STRESS_EPOCH_OPS=100 \
       ctest -j 1 --output-on-failure --timeout 900 -L stress -E "$skip")
