@@ -25,6 +25,10 @@ class RingTask final : public Task {
       ++next_;
       moved = true;
     }
+    // Every step is done; what is left is the last writes' completion on the next
+    // link: that is what it waits on now, not the link of its last step's input.
+    if (next_ == sched_.numSteps() && a_.putsOut && !a_.toNext->puts()->putsComplete())
+      blocked_.on(a_.nextRank, a_.toNext);
     return moved;
   }
   bool done() const override {

@@ -359,8 +359,9 @@ void Executor::checkHealth(double idleSec) {
     if (t.peerAborted()) {
       // A peer that finished its part leaves at once (its communicator's end aborts
       // its connections), maybe since the last sweep: what it stored first is taken
-      // before judging, as for a peer that exited.
-      if (sweepOrFail()) return;
+      // before judging, as for a peer that exited; and a task that sweep finished
+      // without moving anything (its last wait was a completion) is not judged.
+      if (sweepOrFail() || t.done()) return;
       // Whoever failed first told every rank why before it stopped (failAll).
       Bootstrap::FailureNote note;
       if (comm.bootstrap().takeFailure(&note, 0.1))
@@ -377,7 +378,7 @@ void Executor::checkHealth(double idleSec) {
     // dead peer's kernel may still be delivering what it sent.
     if (peer >= 0 && !transport::selectTransport(comm.peer(comm.rank()), comm.peer(peer)).peerAlive(comm.peer(peer))) {
       // Whatever it stored before exiting is there now, maybe since the last sweep: take it before judging.
-      if (sweepOrFail()) return;
+      if (sweepOrFail() || t.done()) return;
       Bootstrap::FailureNote note;
       if (comm.bootstrap().takeFailure(&note, 0.1))  // it gave up (and said why) before it exited
         failAll(ncclRemoteError,
@@ -394,7 +395,7 @@ void Executor::checkHealth(double idleSec) {
     // connection this process keeps to it: closed by its end. Checked once the wait has
     // lasted a little, so that what a finished peer sent before exiting is taken first.
     if (peer >= 0 && idleSec > kExitedPeerSec && comm.bootstrap().peerGone(peer)) {
-      if (sweepOrFail()) return;
+      if (sweepOrFail() || t.done()) return;
       Bootstrap::FailureNote note;
       if (comm.bootstrap().takeFailure(&note, 0.1))
         failAll(ncclRemoteError,
