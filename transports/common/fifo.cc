@@ -74,29 +74,38 @@ class FifoSender final : public SendConnection, public PutSender, public GetSend
   bool tryExpose(const void* src, size_t bytes, const Registration& reg) override {
     checkRegistration(src, bytes, reg);
     if (exposed_ - getsCompleted_ >= kMaxOffers) return false;
-    describe(h_->sources[exposed_ % kMaxOffers], src, bytes, true);  // read by point-to-point receives only
-    pendingSources_.push_back({static_cast<const char*>(src), bytes});
+    FifoOffer& o = h_->sources[exposed_ % kMaxOffers];
+    describe(o, src, bytes, true);  // read by point-to-point receives only
+    // One the receiver would ask for through the slots (not worth a read) goes now,
+    // without the ask's round trip, where nothing exposed before it is still waiting
+    // (its chunks would come first) and all of it fits in the slots free now.
+    bool push = pendingSources_.empty() && !writer_->worthIt(o, bytes) && fitsNow(bytes);
+    o.written = push ? kPutThroughSlots : 0;
+    pendingSources_.push_back({static_cast<const char*>(src), bytes, push});
     h_->exposed.store(++exposed_, std::memory_order_release);
+    if (push) throughSlots(src, bytes);  // posts every chunk: they fit
     bell_->ring();
     return true;
   }
 
   bool tryGetDone() override {
     STRATA_REQUIRE(!pendingSources_.empty(), ncclInternalError, "waiting for a read of memory never exposed");
+    if (pendingSources_.front().pushed) return finishExposure();
     if (h_->getsDone.load(std::memory_order_acquire) > getsCompleted_) return finishExposure();
     // The receiver cannot read this process's memory, or asked for this exposure
     // through the slots (cheaper): the data goes through the slots.
     if (!h_->getsThroughSlots.load(std::memory_order_acquire) &&
         h_->slotExposures.load(std::memory_order_acquire) <= getsCompleted_)
       return false;
-    const auto& [src, bytes] = pendingSources_.front();
-    return throughSlots(src, bytes) && finishExposure();
+    const Source& f = pendingSources_.front();
+    return throughSlots(f.src, f.bytes) && finishExposure();
   }
 
   bool helpRead() override {
     if (noHelp_ || pendingSources_.empty() || peerAborted()) return false;
-    const auto& [src, bytes] = pendingSources_.front();
-    if (!ChunkClaims::shareable(bytes)) return false;
+    const char* src = pendingSources_.front().src;
+    size_t bytes = pendingSources_.front().bytes;
+    if (pendingSources_.front().pushed || !ChunkClaims::shareable(bytes)) return false;
     SharedRead& s = h_->share;
     long c = s.claims.claim(ChunkClaims::generation(getsCompleted_), ChunkClaims::chunks(bytes), false);
     if (c < 0) return false;
@@ -119,10 +128,11 @@ class FifoSender final : public SendConnection, public PutSender, public GetSend
                    bytes, static_cast<unsigned long long>(o.bytes));
     // Through the slots where this process cannot write into the offer (sticky: every
     // later put too), or where a write would cost more than the slots' two copies and
-    // the receiver drains the slots while it waits (an independent offer; a ring's
-    // receiver may first wait for its own put): this put only, the same answer when
-    // called again to finish it.
-    bool slots = throughSlots_ || (o.independent && !writer_->worthIt(o, bytes));
+    // either the receiver drains the slots while it waits (an independent offer; a
+    // ring's receiver may first wait for its own put) or the whole put fits in the
+    // slots free now, so that it is posted in this call without the receiver: this put
+    // only, the same answer when called again to finish it (only an independent one is).
+    bool slots = throughSlots_ || (!writer_->worthIt(o, bytes) && (o.independent || fitsNow(bytes)));
     if (!slots && !writer_->write(o, 0, src, bytes)) slots = throughSlots_ = true;
     // Marked before the first chunk goes: once the last is taken the receiver may
     // finish this offer and reuse its entry.
@@ -148,6 +158,13 @@ class FifoSender final : public SendConnection, public PutSender, public GetSend
     pendingSources_.pop_front();
     ++getsCompleted_;
     return true;
+  }
+  // Whether `bytes` fit in the slots the receiver has released, so that
+  // throughSlots() posts them all at once.
+  bool fitsNow(size_t bytes) {
+    size_t chunks = (bytes + h_->slotBytes - 1) / h_->slotBytes;
+    if (head_ - tailSeen_ + chunks > h_->slots) tailSeen_ = h_->tail.load(std::memory_order_acquire);
+    return head_ - tailSeen_ + chunks <= h_->slots;
   }
   // Chunks through the slots; the receiver copies them into place.
   bool throughSlots(const void* src, size_t bytes) {
@@ -176,7 +193,12 @@ class FifoSender final : public SendConnection, public PutSender, public GetSend
   bool noHelp_ = false;      // a write into the receiver's memory failed: reads are the receiver's alone
   size_t slotOffset_ = 0;    // of the put or exposure going through the slots
   uint64_t exposed_, getsCompleted_;
-  std::deque<std::pair<const char*, size_t>> pendingSources_;  // exposures not read yet, oldest first
+  struct Source {
+    const char* src;
+    size_t bytes;
+    bool pushed;  // sent through the slots when exposed (tryExpose)
+  };
+  std::deque<Source> pendingSources_;  // exposures not read yet, oldest first
 };
 
 class FifoReceiver final : public RecvConnection, public PutReceiver, public GetReceiver {
@@ -218,7 +240,9 @@ class FifoReceiver final : public RecvConnection, public PutReceiver, public Get
       STRATA_REQUIRE(from.bytes <= bytes, ncclInvalidUsage,
                      "the sender exposed %llu bytes where this receive expects at most %zu (counts or types differ)",
                      static_cast<unsigned long long>(from.bytes), bytes);
-      if (from.independent && !reader_->worthIt(from, from.bytes)) {  // through the slots: the sender copies it in
+      if (from.written & kPutThroughSlots) {  // the sender sent it through the slots as it exposed it
+        slotGet_ = true;
+      } else if (from.independent && !reader_->worthIt(from, from.bytes)) {  // through the slots: the sender copies it in
         slotGet_ = true;
         h_->slotExposures.store(gets_ + 1, std::memory_order_release);
         bell_->ring();

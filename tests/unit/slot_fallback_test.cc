@@ -1,0 +1,196 @@
+// One-sided transfers that the transport would rather not make (PeerMemory::worthIt
+// false: a Cross Memory Attach call into private memory costs more than two copies
+// below 128 KiB) go through the slots without waiting on the other end where all of
+// them fits in the slots free at that moment: a ring's write (an offer that is not
+// independent) and an exposure (pushed as it is exposed, with no ask from the
+// reader). Where it does not fit, or something exposed before it is still waiting,
+// the transfer takes its old way. Every byte is checked, and so is which way it went.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "base/doorbell.h"
+#include "transports/common/fifo.h"
+
+namespace strata::transport {
+namespace {
+
+constexpr size_t kSlotBytes = 16 << 10;
+constexpr int kSlots = 4;
+constexpr size_t kWorthBytes = 32 << 10;  // this test's "CMA": worth it from here
+
+class Memory final : public PeerMemory {
+ public:
+  explicit Memory(int* calls) : calls_(calls) {}
+  bool write(const FifoOffer& to, size_t offset, const void* src, size_t bytes) override {
+    ++*calls_;
+    memcpy(reinterpret_cast<char*>(to.addr) + offset, src, bytes);
+    return true;
+  }
+  bool read(const FifoOffer& from, size_t offset, void* dst, size_t bytes) override {
+    if (bytes) ++*calls_;
+    memcpy(dst, reinterpret_cast<const char*>(from.addr) + offset, bytes);
+    return true;
+  }
+  bool worthIt(const FifoOffer& o, size_t bytes) const override {
+    return o.segment[0] || bytes == 0 || bytes >= kWorthBytes;
+  }
+
+ private:
+  int* calls_;
+};
+
+struct Fifo {
+  Fifo() : mem(fifoBytes(kSlotBytes, kSlots)) {
+    fifoInit(mem.data(), kSlotBytes, kSlots);
+    auto bell = Doorbell::create();
+    out = makeFifoSender(mem.data(), nullptr, bell, std::make_unique<Memory>(&writes));
+    in = makeFifoReceiver(mem.data(), nullptr, bell, std::make_unique<Memory>(&reads));
+  }
+  // Two-sided messages the receiver has not taken: they hold `n` slots.
+  void fillSlots(int n) {
+    for (int i = 0; i < n; ++i) {
+      ASSERT_NE(out->trySlot(), nullptr);
+      out->post(8);
+    }
+  }
+  void drainSlots(int n) {
+    for (int i = 0; i < n; ++i) {
+      size_t bytes = 0;
+      ASSERT_NE(in->tryData(&bytes), nullptr);
+      in->release();
+    }
+  }
+  std::vector<char> mem;
+  int writes = 0, reads = 0;
+  std::unique_ptr<SendConnection> out;
+  std::unique_ptr<RecvConnection> in;
+};
+
+std::vector<unsigned char> patterned(size_t bytes, int seed) {
+  std::vector<unsigned char> v(bytes);
+  for (size_t i = 0; i < bytes; ++i) v[i] = static_cast<unsigned char>(seed * 37 + i * 13 + 1);
+  return v;
+}
+
+// The receiver's side of one put into `dst` offered as a ring offers (not independent).
+void offer(Fifo& f, std::vector<unsigned char>& dst, const Registration& reg) {
+  ASSERT_TRUE(f.in->puts()->tryOffer(dst.data(), dst.size(), reg, false));
+}
+
+TEST(SlotFallback, ASmallRingWriteGoesThroughFreeSlotsAtOnce) {
+  Fifo f;
+  for (size_t bytes : {size_t{1}, size_t{5000}, kSlotBytes, 2 * kSlotBytes + 7 - kSlotBytes / 2}) {
+    auto src = patterned(bytes, 1);
+    std::vector<unsigned char> dst(bytes);
+    Registration reg(dst.data(), dst.size());
+    offer(f, dst, reg);
+    ASSERT_TRUE(f.out->puts()->tryPut(src.data(), bytes)) << bytes << " bytes: posted without the receiver";
+    EXPECT_TRUE(f.out->puts()->putsComplete());
+    size_t got = 0;
+    ASSERT_TRUE(f.in->puts()->tryPutDone(&got));
+    EXPECT_EQ(got, bytes);
+    EXPECT_EQ(dst, src) << bytes;
+  }
+  EXPECT_EQ(f.writes, 0) << "no one-sided write below the worthwhile size";
+}
+
+TEST(SlotFallback, ARingWriteThatDoesNotFitTheFreeSlotsIsWritten) {
+  Fifo f;
+  f.fillSlots(kSlots - 1);  // one slot free, the put needs two
+  auto src = patterned(kSlotBytes + 1, 2);
+  std::vector<unsigned char> dst(src.size());
+  Registration reg(dst.data(), dst.size());
+  offer(f, dst, reg);
+  ASSERT_TRUE(f.out->puts()->tryPut(src.data(), src.size()));
+  EXPECT_EQ(f.writes, 1) << "written in place: the receiver is not asked to drain the slots";
+  f.drainSlots(kSlots - 1);
+  size_t got = 0;
+  ASSERT_TRUE(f.in->puts()->tryPutDone(&got));
+  EXPECT_EQ(dst, src);
+}
+
+TEST(SlotFallback, ALargeRingWriteIsWritten) {
+  Fifo f;
+  auto src = patterned(kWorthBytes, 3);
+  std::vector<unsigned char> dst(src.size());
+  Registration reg(dst.data(), dst.size());
+  offer(f, dst, reg);
+  ASSERT_TRUE(f.out->puts()->tryPut(src.data(), src.size()));
+  EXPECT_EQ(f.writes, 1);
+  size_t got = 0;
+  ASSERT_TRUE(f.in->puts()->tryPutDone(&got));
+  EXPECT_EQ(dst, src);
+}
+
+// The receiver reads the oldest exposure (of `src`) into `dst`; both ends complete.
+void completeGet(Fifo& f, const std::vector<unsigned char>& src, std::vector<unsigned char>& dst) {
+  size_t got = 0;
+  bool read = false, done = false;
+  for (int i = 0; i < 8 && !(read && done); ++i) {  // each end a few turns, in turn
+    read = read || f.in->gets()->tryGet(dst.data(), dst.size(), &got);
+    done = done || f.out->gets()->tryGetDone();
+  }
+  ASSERT_TRUE(read && done);
+  EXPECT_EQ(got, src.size());
+  EXPECT_EQ(dst, src);
+}
+
+void exposeAndGet(Fifo& f, std::vector<unsigned char>& src, std::vector<unsigned char>& dst) {
+  Registration reg(src.data(), src.size());
+  ASSERT_TRUE(f.out->gets()->tryExpose(src.data(), src.size(), reg));
+  completeGet(f, src, dst);
+}
+
+TEST(SlotFallback, ASmallExposureIsPushedWithoutTheReadersAsk) {
+  Fifo f;
+  auto src = patterned(kSlotBytes + 100, 4);
+  Registration reg(src.data(), src.size());
+  ASSERT_TRUE(f.out->gets()->tryExpose(src.data(), src.size(), reg));
+  EXPECT_TRUE(f.out->gets()->tryGetDone()) << "the sender is done as it exposes: the data are in the slots";
+  std::vector<unsigned char> dst(src.size());
+  size_t got = 0;
+  ASSERT_TRUE(f.in->gets()->tryGet(dst.data(), dst.size(), &got));
+  EXPECT_EQ(got, src.size());
+  EXPECT_EQ(dst, src);
+  EXPECT_EQ(f.reads, 0);
+  // Again, after a read of a large one: the counts of both ends stay in step.
+  auto large = patterned(kWorthBytes, 5);
+  std::vector<unsigned char> ldst(large.size());
+  exposeAndGet(f, large, ldst);
+  EXPECT_EQ(f.reads, 1);
+  exposeAndGet(f, src, dst);
+  EXPECT_EQ(f.reads, 1);
+}
+
+TEST(SlotFallback, AnExposureBehindAWaitingOneOrFullSlotsWaitsForTheAsk) {
+  Fifo f;
+  auto large = patterned(kWorthBytes, 6), small = patterned(100, 7);
+  Registration lreg(large.data(), large.size()), sreg(small.data(), small.size());
+  ASSERT_TRUE(f.out->gets()->tryExpose(large.data(), large.size(), lreg));
+  ASSERT_TRUE(f.out->gets()->tryExpose(small.data(), small.size(), sreg));  // the large one waits: not pushed
+  std::vector<unsigned char> ldst(large.size()), sdst(small.size());
+  size_t got = 0;
+  ASSERT_TRUE(f.in->gets()->tryGet(ldst.data(), ldst.size(), &got));
+  EXPECT_EQ(ldst, large);
+  ASSERT_TRUE(f.out->gets()->tryGetDone());
+  EXPECT_FALSE(f.out->gets()->tryGetDone()) << "the small one was not pushed: the reader has not asked yet";
+  EXPECT_FALSE(f.in->gets()->tryGet(sdst.data(), sdst.size(), &got)) << "asks for it";
+  EXPECT_TRUE(f.out->gets()->tryGetDone());
+  ASSERT_TRUE(f.in->gets()->tryGet(sdst.data(), sdst.size(), &got));
+  EXPECT_EQ(sdst, small);
+
+  f.fillSlots(kSlots);  // no slot free: not pushed either
+  ASSERT_TRUE(f.out->gets()->tryExpose(small.data(), small.size(), sreg));
+  EXPECT_FALSE(f.out->gets()->tryGetDone());
+  f.drainSlots(kSlots);
+  std::fill(sdst.begin(), sdst.end(), 0);
+  completeGet(f, small, sdst);
+  EXPECT_EQ(f.reads, 1) << "only the large one was read";
+}
+
+}  // namespace
+}  // namespace strata::transport
