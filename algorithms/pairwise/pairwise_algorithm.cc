@@ -21,7 +21,12 @@ bool overlaps(const void* a, const void* b, size_t bytes) {
 P2pTaskArgs::Mode modeFor(PlanContext& ctx, int peer, size_t bytes, bool fanOut) {
   if (ctx.putBytes() == 0 || bytes < ctx.putBytes()) return P2pTaskArgs::Mode::kSlots;
   uint32_t caps = ctx.linkCapabilities(peer);
-  if (fanOut && (caps & transport::kGet)) return P2pTaskArgs::Mode::kGet;
+  // Reads where the link has them: where one rank serves several (they copy in
+  // parallel), and for a transfer of less than a slot, which the sender pushes
+  // through the slots as it exposes it where a read would cost more than the two
+  // copies (private memory between processes), with no wait for the offer that a
+  // write waits for.
+  if ((fanOut || bytes < ctx.slotBytes()) && (caps & transport::kGet)) return P2pTaskArgs::Mode::kGet;
   return caps & transport::kPut ? P2pTaskArgs::Mode::kPut : P2pTaskArgs::Mode::kSlots;
 }
 
