@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -44,8 +45,8 @@ class Memory final : public PeerMemory {
 };
 
 struct Fifo {
-  Fifo() : mem(fifoBytes(kSlotBytes, kSlots)) {
-    fifoInit(mem.data(), kSlotBytes, kSlots);
+  explicit Fifo(int slots = kSlots) : mem(fifoBytes(kSlotBytes, slots)) {
+    fifoInit(mem.data(), kSlotBytes, slots);
     auto bell = Doorbell::create();
     out = makeFifoSender(mem.data(), nullptr, bell, std::make_unique<Memory>(&writes));
     in = makeFifoReceiver(mem.data(), nullptr, bell, std::make_unique<Memory>(&reads));
@@ -190,6 +191,33 @@ TEST(SlotFallback, AnExposureBehindAWaitingOneOrFullSlotsWaitsForTheAsk) {
   std::fill(sdst.begin(), sdst.end(), 0);
   completeGet(f, small, sdst);
   EXPECT_EQ(f.reads, 1) << "only the large one was read";
+}
+
+// Pushed exposures are complete for the sender at once; with more slots than
+// exposure entries (kMaxSlots 64, kMaxOffers 32), the sender must still not reuse an
+// entry the receiver has not taken: the 33rd waits until the first is read.
+TEST(SlotFallback, PushedExposuresDoNotOverrunTheEntriesTheReceiverHasNotTaken) {
+  Fifo f(kMaxSlots);
+  std::vector<std::vector<unsigned char>> src, dst;
+  for (int i = 0; i < kMaxOffers + 8; ++i) src.push_back(patterned(100 + i, i)), dst.emplace_back(src.back().size());
+  std::deque<Registration> regs;  // not copyable, not moved
+  for (auto& v : src) regs.emplace_back(v.data(), v.size());
+  for (int i = 0; i < kMaxOffers; ++i) {
+    ASSERT_TRUE(f.out->gets()->tryExpose(src[i].data(), src[i].size(), regs[i])) << i;
+    ASSERT_TRUE(f.out->gets()->tryGetDone()) << i << ": pushed";
+  }
+  EXPECT_FALSE(f.out->gets()->tryExpose(src[kMaxOffers].data(), src[kMaxOffers].size(), regs[kMaxOffers]))
+      << "every entry holds an exposure the receiver has not taken";
+  size_t got = 0;
+  for (int next = 0, taken = 0; taken < kMaxOffers + 8; ++taken) {
+    ASSERT_TRUE(f.in->gets()->tryGet(dst[taken].data(), dst[taken].size(), &got)) << taken;
+    EXPECT_EQ(dst[taken], src[taken]) << taken;
+    for (next = std::max(next, kMaxOffers); next < kMaxOffers + 8 && next <= taken + kMaxOffers; ++next) {
+      ASSERT_TRUE(f.out->gets()->tryExpose(src[next].data(), src[next].size(), regs[next])) << next;
+      ASSERT_TRUE(f.out->gets()->tryGetDone()) << next;
+    }
+  }
+  EXPECT_EQ(f.reads, 0);
 }
 
 }  // namespace

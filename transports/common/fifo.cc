@@ -73,7 +73,9 @@ class FifoSender final : public SendConnection, public PutSender, public GetSend
 
   bool tryExpose(const void* src, size_t bytes, const Registration& reg) override {
     checkRegistration(src, bytes, reg);
-    if (exposed_ - getsCompleted_ >= kMaxOffers) return false;
+    // Entries the receiver has not taken yet stay: pushed ones are complete here first.
+    if (exposed_ - getsCompleted_ >= kMaxOffers || exposed_ - h_->getsDone.load(std::memory_order_acquire) >= kMaxOffers)
+      return false;
     FifoOffer& o = h_->sources[exposed_ % kMaxOffers];
     describe(o, src, bytes, true);  // read by point-to-point receives only
     // One the receiver would ask for through the slots (not worth a read) goes now,
@@ -83,7 +85,7 @@ class FifoSender final : public SendConnection, public PutSender, public GetSend
     o.written = push ? kPutThroughSlots : 0;
     pendingSources_.push_back({static_cast<const char*>(src), bytes, push});
     h_->exposed.store(++exposed_, std::memory_order_release);
-    if (push) throughSlots(src, bytes);  // posts every chunk: they fit
+    STRATA_REQUIRE(!push || throughSlots(src, bytes), ncclInternalError, "an exposure that fit the free slots did not");
     bell_->ring();
     return true;
   }
@@ -162,7 +164,7 @@ class FifoSender final : public SendConnection, public PutSender, public GetSend
   // Whether `bytes` fit in the slots the receiver has released, so that
   // throughSlots() posts them all at once.
   bool fitsNow(size_t bytes) {
-    size_t chunks = (bytes + h_->slotBytes - 1) / h_->slotBytes;
+    size_t chunks = std::max<size_t>(1, (bytes + h_->slotBytes - 1) / h_->slotBytes);  // 0 bytes: one empty chunk
     if (head_ - tailSeen_ + chunks > h_->slots) tailSeen_ = h_->tail.load(std::memory_order_acquire);
     return head_ - tailSeen_ + chunks <= h_->slots;
   }
@@ -250,8 +252,7 @@ class FifoReceiver final : public RecvConnection, public PutReceiver, public Get
         return readShared(from, static_cast<char*>(dst), got);
       } else if (reader_->read(from, 0, dst, from.bytes)) {
         *got = from.bytes;
-        h_->getsDone.store(++gets_, std::memory_order_release);
-        bell_->ring();
+        countGet();
         return true;
       } else {
         getsThroughSlotsFromNow();
@@ -259,7 +260,7 @@ class FifoReceiver final : public RecvConnection, public PutReceiver, public Get
     }
     if (!intoPlace(static_cast<char*>(dst), bytes, got)) return false;
     slotGet_ = false;
-    ++gets_;
+    countGet();
     return true;
   }
 
@@ -277,10 +278,11 @@ class FifoReceiver final : public RecvConnection, public PutReceiver, public Get
     STRATA_REQUIRE(!pending_.empty(), ncclInternalError, "waiting for a one-sided write that was never offered");
     if (writtenInPlace(bytes)) return finishOffer();
     if (!arrived()) return false;
-    // A two-sided message where a chunk of this put would be: the sender wrote the
-    // put into place (unmarked) and counted it before it posted the message (checked
-    // again now, as the count may have landed after the load above).
-    if (!(h_->sizes[tail_ % h_->slots] & kPutThroughSlots) && writtenInPlace(bytes)) return finishOffer();
+    // Something arrived: where the sender wrote this put into place (unmarked), it
+    // counted it before it posted anything later, a message or the chunks of a later
+    // transfer through the slots, so the count is visible now (it may have landed
+    // after the load above): checked again whatever arrived.
+    if (writtenInPlace(bytes)) return finishOffer();
     // Otherwise the sender could not write into this memory: the put comes through the slots.
     Pending& p = pending_.front();
     if (intoPlace(p.dst, p.bytes, bytes)) return finishOffer();
@@ -337,8 +339,7 @@ class FifoReceiver final : public RecvConnection, public PutReceiver, public Get
       if (!readChunk(h_->sources[gets_ % kMaxOffers], c - 1)) return readThroughSlots(shared_.dst, shared_.bytes, got);
     *got = shared_.bytes;
     shared_ = {};
-    h_->getsDone.store(++gets_, std::memory_order_release);
-    bell_->ring();
+    countGet();
     return true;
   }
   bool readThroughSlots(char* dst, size_t bytes, size_t* got) {
@@ -346,7 +347,7 @@ class FifoReceiver final : public RecvConnection, public PutReceiver, public Get
     shared_ = {};
     getsThroughSlotsFromNow();
     if (!intoPlace(dst, bytes, got)) return false;
-    ++gets_;
+    countGet();
     return true;
   }
   // This process cannot read the sender's memory: the sender sends every exposure
@@ -354,6 +355,12 @@ class FifoReceiver final : public RecvConnection, public PutReceiver, public Get
   void getsThroughSlotsFromNow() {
     getsThroughSlots_ = true;
     h_->getsThroughSlots.store(1, std::memory_order_release);
+    bell_->ring();
+  }
+  // An exposure is complete, read or through the slots: the sender learns that it was
+  // read, and may reuse its entry (a pushed one is complete for the sender first).
+  void countGet() {
+    h_->getsDone.store(++gets_, std::memory_order_release);
     bell_->ring();
   }
   bool finishOffer() {
