@@ -60,11 +60,12 @@ constexpr double kBoundMs = 100;
 
 double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-// The call that cannot finish, on rank 0's main thread. Returns its result and, in
-// `why`, ncclGetLastError's text.
-ncclResult_t runBlocked(Running what, ncclComm_t comm, std::string* why) {
+// The call that cannot finish, on rank 0's main thread; `calling` is set as it is
+// made. Returns its result and, in `why`, ncclGetLastError's text.
+ncclResult_t runBlocked(Running what, ncclComm_t comm, std::string* why, std::atomic<bool>* calling) {
   std::vector<float> buf(1 << 16, 1.0f), other(1 << 16);
   ncclResult_t r = ncclSuccess;
+  calling->store(true);
   switch (what) {
     case Running::kCollective:
       r = ncclAllReduce(buf.data(), buf.data(), buf.size(), ncclFloat, ncclSum, comm, nullptr);
@@ -104,17 +105,23 @@ ncclResult_t runBlocked(Running what, ncclComm_t comm, std::string* why) {
 
 // Rank 0: the blocked call on the main thread, the lifetime call 50 ms later on a watchdog.
 std::string blockedRank(Running what, Lifetime life, ncclComm_t comm) {
-  std::atomic<bool> called{false};
+  std::atomic<bool> called{false}, calling{false};
   Clock::time_point lifeStart;
   ncclResult_t lifeResult = ncclInternalError;
   std::thread watchdog([&] {
+    // 50 ms from when the call is made, not from now: under ThreadSanitizer, with
+    // another test on the other core, the main thread took longer than 50 ms to get
+    // there (CI of 4fb19ae: the lifetime call came first and the call found the
+    // communicator gone).
+    for (auto t0 = Clock::now(); !calling.load() && msSince(t0) < 10000;)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     lifeStart = Clock::now();
     called.store(true);
     lifeResult = callLifetime(life, comm);
   });
   std::string why;
-  ncclResult_t r = runBlocked(what, comm, &why);
+  ncclResult_t r = runBlocked(what, comm, &why, &calling);
   double ms = called.load() ? msSince(lifeStart) : -1;
   watchdog.join();
   std::string label = std::string(runningName(what)) + " x " + lifetimeName(life);
@@ -197,8 +204,7 @@ TEST(Lifetime, SecondAbortOrDestroyWhileTheFirstRuns) {
     std::thread a = afterTheCall(ncclCommAbort);
     std::thread b = afterTheCall(ncclCommDestroy);
     std::string why;
-    calling.store(true);
-    ncclResult_t r = runBlocked(Running::kCollective, comm, &why);
+    ncclResult_t r = runBlocked(Running::kCollective, comm, &why, &calling);
     a.join();
     b.join();
     char c = 1;
