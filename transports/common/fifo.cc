@@ -105,9 +105,8 @@ class FifoSender final : public SendConnection, public PutSender, public GetSend
 
   bool helpRead() override {
     if (noHelp_ || pendingSources_.empty() || peerAborted()) return false;
-    const char* src = pendingSources_.front().src;
-    size_t bytes = pendingSources_.front().bytes;
-    if (pendingSources_.front().pushed || !ChunkClaims::shareable(bytes)) return false;
+    const auto& [src, bytes, pushed] = pendingSources_.front();
+    if (pushed || !ChunkClaims::shareable(bytes)) return false;
     SharedRead& s = h_->share;
     long c = s.claims.claim(ChunkClaims::generation(getsCompleted_), ChunkClaims::chunks(bytes), false);
     if (c < 0) return false;
