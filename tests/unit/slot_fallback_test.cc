@@ -1,10 +1,11 @@
 // One-sided transfers that the transport would rather not make (PeerMemory::worthIt
 // false: a Cross Memory Attach call into private memory costs more than two copies
-// below 128 KiB) go through the slots without waiting on the other end where all of
-// them fits in the slots free at that moment: a ring's write (an offer that is not
-// independent) and an exposure (pushed as it is exposed, with no ask from the
-// reader). Where it does not fit, or something exposed before it is still waiting,
-// the transfer takes its old way. Every byte is checked, and so is which way it went.
+// below 128 KiB, or into a region larger than the last-level cache) go through the
+// slots. A ring's write (an offer that is not independent) does where it is no
+// larger than all the slots, waiting for them where they are full; an exposure is
+// pushed as it is exposed, with no ask from the reader, where all of it fits in the
+// slots free at that moment and nothing exposed before it is still waiting. Every
+// byte is checked, and so is which way it went.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@ namespace {
 constexpr size_t kSlotBytes = 16 << 10;
 constexpr int kSlots = 4;
 constexpr size_t kWorthBytes = 32 << 10;  // this test's "CMA": worth it from here
+constexpr size_t kBulkRegion = 1 << 20;   // and into registrations smaller than this
 
 class Memory final : public PeerMemory {
  public:
@@ -37,7 +39,7 @@ class Memory final : public PeerMemory {
     return true;
   }
   bool worthIt(const FifoOffer& o, size_t bytes) const override {
-    return o.segment[0] || bytes == 0 || bytes >= kWorthBytes;
+    return o.segment[0] || bytes == 0 || (bytes >= kWorthBytes && o.region < kBulkRegion);
   }
 
  private:
@@ -99,16 +101,34 @@ TEST(SlotFallback, ASmallRingWriteGoesThroughFreeSlotsAtOnce) {
   EXPECT_EQ(f.writes, 0) << "no one-sided write below the worthwhile size";
 }
 
-TEST(SlotFallback, ARingWriteThatDoesNotFitTheFreeSlotsIsWritten) {
+TEST(SlotFallback, ARingWriteThatDoesNotFitTheFreeSlotsWaitsForThem) {
   Fifo f;
   f.fillSlots(kSlots - 1);  // one slot free, the put needs two
   auto src = patterned(kSlotBytes + 1, 2);
   std::vector<unsigned char> dst(src.size());
   Registration reg(dst.data(), dst.size());
   offer(f, dst, reg);
-  ASSERT_TRUE(f.out->puts()->tryPut(src.data(), src.size()));
-  EXPECT_EQ(f.writes, 1) << "written in place: the receiver is not asked to drain the slots";
+  EXPECT_FALSE(f.out->puts()->tryPut(src.data(), src.size())) << "its first chunk went, the second waits";
   f.drainSlots(kSlots - 1);
+  size_t got = 0;
+  EXPECT_FALSE(f.in->puts()->tryPutDone(&got)) << "only the first chunk is in";
+  ASSERT_TRUE(f.out->puts()->tryPut(src.data(), src.size())) << "the rest, through the slots drained meanwhile";
+  ASSERT_TRUE(f.in->puts()->tryPutDone(&got));
+  EXPECT_EQ(got, src.size());
+  EXPECT_EQ(dst, src);
+  EXPECT_EQ(f.writes, 0) << "no one-sided write below the worthwhile size";
+}
+
+// A ring's put larger than all the slots could deadlock a ring were it to wait on
+// them (fifo.cc, ringCanWait): it is written, however little it is.
+TEST(SlotFallback, ARingWriteLargerThanAllTheSlotsIsWritten) {
+  Fifo f(1);
+  auto src = patterned(kSlotBytes + 1, 4);
+  std::vector<unsigned char> dst(src.size());
+  Registration reg(dst.data(), dst.size());
+  offer(f, dst, reg);
+  ASSERT_TRUE(f.out->puts()->tryPut(src.data(), src.size()));
+  EXPECT_EQ(f.writes, 1);
   size_t got = 0;
   ASSERT_TRUE(f.in->puts()->tryPutDone(&got));
   EXPECT_EQ(dst, src);
@@ -125,6 +145,24 @@ TEST(SlotFallback, ALargeRingWriteIsWritten) {
   size_t got = 0;
   ASSERT_TRUE(f.in->puts()->tryPutDone(&got));
   EXPECT_EQ(dst, src);
+}
+
+// The offer carries the registration it lies in (the whole output of a ring), so
+// the transport may choose by it: this test's memory would rather not write into
+// regions from 1 MiB (the shm transport's rule from the last-level cache's size).
+TEST(SlotFallback, AnOfferCarriesItsRegistrationSoAWriteIntoALargeOneGoesThroughTheSlots) {
+  Fifo f;
+  auto src = patterned(kWorthBytes + 5, 5);
+  std::vector<unsigned char> output(kBulkRegion);
+  Registration reg(output.data(), output.size());
+  ASSERT_TRUE(f.in->puts()->tryOffer(output.data() + 100, src.size(), reg, false));
+  size_t got = 0;
+  for (int i = 0; i < 8 && !f.out->puts()->tryPut(src.data(), src.size()); ++i)
+    EXPECT_FALSE(f.in->puts()->tryPutDone(&got));
+  ASSERT_TRUE(f.in->puts()->tryPutDone(&got));
+  EXPECT_EQ(got, src.size());
+  EXPECT_TRUE(std::equal(src.begin(), src.end(), output.begin() + 100));
+  EXPECT_EQ(f.writes, 0) << "through the slots, though worth a write by its size";
 }
 
 // The receiver reads the oldest exposure (of `src`) into `dst`; both ends complete.

@@ -27,11 +27,12 @@ char* slotData(FifoHeader* h, uint64_t index) {
 
 // Fills an offer or exposure with where [p, p + bytes) is: its address, and the
 // segment peers map when it is one (ncclMemAlloc's memory).
-void describe(FifoOffer& o, const void* p, size_t bytes, bool independent) {
+void describe(FifoOffer& o, const void* p, size_t bytes, bool independent, size_t region) {
   o.addr = reinterpret_cast<uintptr_t>(p);
   o.bytes = bytes;
   o.written = 0;
   o.independent = independent;
+  o.region = region;
   SharedBufferRef ref;
   bool mapped = findShared(p, bytes, &ref) && ref.segment.size() < sizeof(o.segment);
   o.segmentOffset = mapped ? ref.offset : 0;
@@ -77,7 +78,7 @@ class FifoSender final : public SendConnection, public PutSender, public GetSend
     if (exposed_ - getsCompleted_ >= kMaxOffers || exposed_ - h_->getsDone.load(std::memory_order_acquire) >= kMaxOffers)
       return false;
     FifoOffer& o = h_->sources[exposed_ % kMaxOffers];
-    describe(o, src, bytes, true);  // read by point-to-point receives only
+    describe(o, src, bytes, true, 0);  // read by point-to-point receives only
     // One the receiver would ask for through the slots (not worth a read) goes now,
     // without the ask's round trip, where nothing exposed before it is still waiting
     // (its chunks would come first) and all of it fits in the slots free now.
@@ -129,11 +130,10 @@ class FifoSender final : public SendConnection, public PutSender, public GetSend
                    bytes, static_cast<unsigned long long>(o.bytes));
     // Through the slots where this process cannot write into the offer (sticky: every
     // later put too), or where a write would cost more than the slots' two copies and
-    // either the receiver drains the slots while it waits (an independent offer; a
-    // ring's receiver may first wait for its own put) or the whole put fits in the
-    // slots free now, so that it is posted in this call without the receiver: this put
-    // only, the same answer when called again to finish it (only an independent one is).
-    bool slots = throughSlots_ || (!writer_->worthIt(o, bytes) && (o.independent || fitsNow(bytes)));
+    // either the receiver drains the slots while it waits (an independent offer) or
+    // the put is no larger than all the slots (a ring's: ringCanWait() says why that
+    // cannot deadlock). The same answer when called again to finish it.
+    bool slots = throughSlots_ || (!writer_->worthIt(o, bytes) && (o.independent || ringCanWait(bytes)));
     if (!slots && !writer_->write(o, 0, src, bytes)) slots = throughSlots_ = true;
     // Marked before the first chunk goes: once the last is taken the receiver may
     // finish this offer and reuse its entry.
@@ -160,6 +160,18 @@ class FifoSender final : public SendConnection, public PutSender, public GetSend
     ++getsCompleted_;
     return true;
   }
+  // Whether a ring's put of `bytes` may wait in throughSlots() for its receiver to
+  // drain the slots. The receiver drains them only in the step that takes this
+  // put, and only after the send of its own previous step, so a ring of ranks
+  // each waiting on the next could deadlock. It cannot while a put fits in all
+  // the slots. A ring's rank takes each input before it sends on; it keeps one
+  // (a message, in one slot) only while it waits for a slot for a message of its
+  // own, and a ring that sends messages too writes one slot per step. So a rank
+  // that waits in its k-th put on a link, with slots too full for the rest of it,
+  // waits on a receiver that has not taken its (k-1)-th input: one that is at most
+  // at its own (k-1)-th send. Round a ring of waiting ranks that count would fall
+  // strictly: impossible. A chain (broadcast, reduce) ends in a rank that only receives.
+  bool ringCanWait(size_t bytes) const { return bytes <= static_cast<size_t>(h_->slots) * h_->slotBytes; }
   // Whether `bytes` fit in the slots the receiver has released, so that
   // throughSlots() posts them all at once.
   bool fitsNow(size_t bytes) {
@@ -266,7 +278,7 @@ class FifoReceiver final : public RecvConnection, public PutReceiver, public Get
   bool tryOffer(void* dst, size_t bytes, const Registration& reg, bool independent) override {
     checkRegistration(dst, bytes, reg);
     if (posted_ - completed_ >= kMaxOffers) return false;
-    describe(h_->offers[posted_ % kMaxOffers], dst, bytes, independent);
+    describe(h_->offers[posted_ % kMaxOffers], dst, bytes, independent, reg.bytes());
     pending_.push_back({static_cast<char*>(dst), bytes});
     h_->offersPosted.store(++posted_, std::memory_order_release);
     bell_->ring();
@@ -316,7 +328,7 @@ class FifoReceiver final : public RecvConnection, public PutReceiver, public Get
     SharedRead& s = h_->share;
     uint64_t gen = ChunkClaims::generation(gets_);
     size_t n = ChunkClaims::chunks(from.bytes);
-    describe(s.to, dst, from.bytes, false);
+    describe(s.to, dst, from.bytes, false, 0);
     s.helped.store(0, std::memory_order_relaxed);
     s.handedBack.store(0, std::memory_order_relaxed);
     s.claims.open(gen);  // no ring: a sender awake finds it at its next idle sweep; one asleep stays so
