@@ -156,6 +156,7 @@ Config Config::parse(const std::function<const char*(const char*)>& lookup) {
   p.str("NCCL_SOCKET_IFNAME", &c.socketIfname);
   p.flag("NCCL_SHM_DISABLE", &c.shmDisable);
   p.flag("STRATA_CMA", &c.cma);
+  p.integer("STRATA_CMA_BULK_BYTES", &c.cmaBulkBytes, 0, 1ll << 50);
   p.integer("STRATA_PUT_BYTES", &c.putBytes, 0, 1ll << 40);
   c.putBytesSet = p.get("STRATA_PUT_BYTES") != nullptr;
   p.integer("NCCL_SOCKET_NTHREADS", &c.socketThreads, 1, 16);

@@ -36,6 +36,10 @@ struct Config {
   bool shmDisable = false;                  // NCCL_SHM_DISABLE=1: no shared-memory transport between processes
   bool cma = true;                          // STRATA_CMA=0: no Cross Memory Attach; one-sided writes between
                                             //   processes only into ncclMemAlloc buffers, else through the slots
+  size_t cmaBulkBytes = 0;                  // STRATA_CMA_BULK_BYTES: a ring's writes into private memory of another
+                                            //   process whose output has this many bytes go through the slots,
+                                            //   not by CMA, and broadcast and all-gather of that size
+                                            //   take the ring, not DirectRead (0, the default: 32 MiB)
   size_t putBytes = 16 << 10;               // STRATA_PUT_BYTES: operations of this size and more move data with
                                             //   one-sided writes (one copy) where the links allow; 0 never
   bool putBytesSet = false;                 //   given (else a host with more ranks than cores starts at
@@ -86,6 +90,10 @@ struct Config {
 
   // Parses from a lookup (getenv in production, a map in tests).
   static Config parse(const std::function<const char*(const char*)>& lookup);
+  // STRATA_CMA_BULK_BYTES, else 32 MiB: the last-level cache of the test machine and
+  // of a core complex of current server CPUs. A constant, not this machine's cache,
+  // so that every rank and strata-topo's predictions for any machine agree.
+  size_t bulkBytes() const { return cmaBulkBytes ? cmaBulkBytes : size_t{32} << 20; }
 };
 
 // The process-wide configuration, parsed from the environment on first use.

@@ -63,8 +63,13 @@ class CmaPeer final : public PeerMemory {
     }
     return cma(false, reinterpret_cast<char*>(from.addr) + offset, dst, bytes);
   }
+  // Not into an output of at least the last-level cache (32 MiB on the VM;
+  // Config::bulkBytes): from memory to memory the kernel's page-by-page copy runs
+  // at 0.4-0.6x memcpy's rate, and the two copies through the slots, one into
+  // slots the caches hold and one out with streaming stores, took 0.7-0.9x CMA's
+  // time (docs/perf.md, "Large ring writes through the slots").
   bool worthIt(const FifoOffer& o, size_t bytes) const override {
-    return o.segment[0] || bytes == 0 || bytes >= kCmaWorthBytes;
+    return o.segment[0] || bytes == 0 || (bytes >= kCmaWorthBytes && o.region < bulkBytes_);
   }
 
  private:
@@ -114,6 +119,7 @@ class CmaPeer final : public PeerMemory {
   }
 
   const FifoHeader* h_;
+  size_t bulkBytes_ = config().bulkBytes();
   bool ofReceiver_;
   int self_, peer_;
   pid_t pid_ = 0;
