@@ -23,12 +23,16 @@ class DirectRead final : public Algorithm {
   const char* name() const override { return "DirectRead"; }
   bool serves(Collective c) const override { return c == Collective::kBroadcast || c == Collective::kAllGather; }
 
-  // One host, host memory (not a GPU machine's prediction), and large enough to
-  // move one-sided (STRATA_PUT_BYTES).
+  // One host, host memory (not a GPU machine's prediction), large enough to move
+  // one-sided (STRATA_PUT_BYTES) and smaller than the last-level cache
+  // (Config::bulkBytes). From there a read out of another process's private memory
+  // runs from memory to memory at 0.4-0.6x memcpy's rate, and the ring, whose
+  // writes there go through its slots, took 0.75-0.9x DirectRead's time on 2 and 4
+  // processes (32-128 MiB; docs/perf.md, "Large ring writes through the slots").
   bool applies(const TuneRequest& r) const override {
     size_t from = config().putBytes;
     return r.nodes == 1 && r.nranks > 1 && r.sharedMemory && !r.deviceBuffers && !r.gpuMachine && from > 0 &&
-           r.bytes >= from;
+           r.bytes >= from && r.bytes < config().bulkBytes();
   }
 
   double costUs(const TuneRequest& r, Protocol) const override {
