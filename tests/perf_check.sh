@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Runs one perf tool with checking on, every type and op and root, and fails
-# unless it exits 0 with no wrong values. Usage: perf_check.sh threads|mpirun TOOL
+# unless it exits 0 with no wrong values. Usage: perf_check.sh threads|mpirun|mpirun-bulk TOOL
+# mpirun-bulk: one float sum of 40 MiB, on private memory, past STRATA_CMA_BULK_BYTES
+# (32 MiB), where the ring's writes between processes go through the slots.
 set -uo pipefail
 mode=$1 tool=$2
 args=(-b 1K -e 256K -f 16 -d all -o all -r -1 -n 2 -w 1 -c 1)
-if [ "$mode" = mpirun ]; then
+if [ "$mode" = mpirun-bulk ]; then
+  out=$(timeout 300 mpirun --allow-run-as-root --oversubscribe -np 3 -x STRATA_PERF_PRIVATE_MEMORY=1 "$tool" \
+    -b 40M -e 40M -d float -o sum -n 2 -w 1 -c 1 2>&1)
+elif [ "$mode" = mpirun ]; then
   out=$(timeout 300 mpirun --allow-run-as-root --oversubscribe -np 3 "$tool" "${args[@]}" 2>&1)
 else
   out=$(timeout 300 "$tool" -t 3 "${args[@]}" 2>&1)
