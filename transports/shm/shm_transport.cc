@@ -63,14 +63,7 @@ class CmaPeer final : public PeerMemory {
     }
     return cma(false, reinterpret_cast<char*>(from.addr) + offset, dst, bytes);
   }
-  // Not into an output of at least the last-level cache (32 MiB on the VM;
-  // Config::bulkBytes): from memory to memory the kernel's page-by-page copy runs
-  // at 0.4-0.6x memcpy's rate, and the two copies through the slots, one into
-  // slots the caches hold and one out with streaming stores, took 0.7-0.9x CMA's
-  // time (docs/perf.md, "Large ring writes through the slots").
-  bool worthIt(const FifoOffer& o, size_t bytes) const override {
-    return o.segment[0] || bytes == 0 || (bytes >= kCmaWorthBytes && o.region < bulkBytes_);
-  }
+  bool worthIt(const FifoOffer& o, size_t bytes) const override { return directWorthIt(o, bytes, bulkBytes_); }
 
  private:
   bool usable() {
@@ -128,6 +121,19 @@ class CmaPeer final : public PeerMemory {
 };
 
 }  // namespace
+
+// A segment both map: always (a plain copy). Else Cross Memory Attach from 128 KiB,
+// but not a ring's write (an offer that is not independent) into an output of the
+// last-level cache or more (32 MiB on the VM; Config::bulkBytes): from memory to
+// memory the kernel's page-by-page copy runs at 0.4-0.6x memcpy's rate, and the two
+// copies through the slots, one into slots the caches hold and one out with
+// streaming stores, took 0.7-0.9x its time. Point-to-point keeps it: a gather's
+// root would make every second copy itself (0.66-0.78x at 128 MiB through the
+// slots; docs/perf.md, "Large ring writes through the slots").
+bool directWorthIt(const FifoOffer& o, size_t bytes, size_t bulkBytes) {
+  if (o.segment[0] || bytes == 0) return true;
+  return bytes >= kCmaWorthBytes && (o.independent || o.region < bulkBytes);
+}
 
 SharedRegion ShmTransport::createRegion(const ConnectRequest& req, size_t bytes, std::string* handle) {
   auto seg = std::make_shared<ShmSegment>(ShmSegment::create(bytes));

@@ -11,6 +11,11 @@
 
 namespace strata::transport::shm {
 
+// Whether a one-sided transfer of `bytes` into or out of `o` moves directly (a
+// plain copy into a segment both map, or Cross Memory Attach) rather than through
+// the slots; bulkBytes is Config::bulkBytes().
+bool directWorthIt(const FifoOffer& o, size_t bytes, size_t bulkBytes);
+
 class ShmTransport final : public MemoryTransport {
  public:
   const char* name() const override { return "shm"; }
