@@ -27,7 +27,7 @@ class DirectRead final : public Algorithm {
   // one-sided (STRATA_PUT_BYTES) and smaller than the last-level cache
   // (Config::bulkBytes). From there a read out of another process's private memory
   // runs from memory to memory at 0.4-0.6x memcpy's rate, and the ring, whose
-  // writes there go through its slots, took 0.75-0.9x DirectRead's time on 2 and 4
+  // writes there go through its slots, took 0.65-0.8x DirectRead's time on 2 and 4
   // processes (32-128 MiB; docs/perf.md, "Large ring writes through the slots").
   bool applies(const TuneRequest& r) const override {
     size_t from = config().putBytes;

@@ -126,8 +126,8 @@ class CmaPeer final : public PeerMemory {
 // but not a ring's write (an offer that is not independent) into an output of the
 // last-level cache or more (32 MiB on the VM; Config::bulkBytes): from memory to
 // memory the kernel's page-by-page copy runs at 0.4-0.6x memcpy's rate, and the two
-// copies through the slots, one into slots the caches hold and one out with
-// streaming stores, took 0.7-0.9x its time. Point-to-point keeps it: a gather's
+// copies through the slots, into slots the caches hold and out of them, took
+// 0.8-0.9x its time. Point-to-point keeps it: a gather's
 // root would make every second copy itself (0.66-0.78x at 128 MiB through the
 // slots; docs/perf.md, "Large ring writes through the slots").
 bool directWorthIt(const FifoOffer& o, size_t bytes, size_t bulkBytes) {
