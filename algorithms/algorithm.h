@@ -97,6 +97,7 @@ class PlanContext {
   virtual ~PlanContext() = default;
   virtual const RankLayout& layout() const = 0;
   virtual size_t slotBytes() const = 0;
+  virtual int slots() const = 0;  // per link, by default (STRATA_NSLOTS)
   // Ring channels this communicator may use, and the fewest a plan should use.
   virtual int maxChannels() const = 0;
   virtual int minChannels() const = 0;

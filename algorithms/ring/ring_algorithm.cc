@@ -88,9 +88,11 @@ class Ring final : public Algorithm {
     bool large = copies && n > 1 && ctx.putBytes() > 0 && op.bytes >= ctx.putBytes();
     bool putsIn = large && (ctx.linkCapabilities(l.ringPrev()) & transport::kPut);
     bool putsOut = large && (ctx.linkCapabilities(l.ringNext()) & transport::kPut);
-    // Larger steps only where every message of the ring is a write (all ranks must step alike).
+    // Larger steps only where every message of the ring is a write (all ranks must step
+    // alike), and no larger than all of a link's slots: a write that goes through them
+    // (CMA refused, or not worth it) may then wait for free slots (FifoSender::ringCanWait).
     if (large && op.coll != Collective::kAllReduce && everyLinkPuts(ctx))
-      base.chunk = std::max(base.chunk, kPutChunkBytes / esize);
+      base.chunk = std::max(base.chunk, std::min(kPutChunkBytes, ctx.slotBytes() * ctx.slots()) / esize);
     size_t outBytes = recvElements(op.coll, op.count, n) * esize;
     size_t region = op.count;
     int nch = 1;

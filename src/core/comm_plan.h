@@ -24,6 +24,7 @@ class CommPlan final : public algorithms::PlanContext, public algorithms::Links 
   // PlanContext
   const algorithms::RankLayout& layout() const override { return comm_.layout(); }
   size_t slotBytes() const override { return comm_.slotBytes(); }
+  int slots() const override { return comm_.slots(); }
   int maxChannels() const override { return comm_.numChannels(); }
   int minChannels() const override;
   uint32_t linkCapabilities(int a, int b) const override;
