@@ -172,6 +172,9 @@ class Algorithm {
   virtual bool selectable() const { return true; }
   // Constraints beyond the collective (several nodes of equal size, ...).
   virtual bool applies(const TuneRequest&) const { return true; }
+  // Where it applies but is not preferred, the tuner picks it only if NCCL_ALGO
+  // leaves nothing else (so forcing it still works).
+  virtual bool preferred(const TuneRequest&) const { return true; }
   // True for algorithms that work on device memory (the others work on host memory).
   virtual bool deviceMemory() const { return false; }
   // True for device algorithms whose plan only enqueues kernels on the caller's

@@ -74,13 +74,19 @@ Choice choose(const TuneRequest& req, const std::string& algoSpec, const std::st
   return best;
 }
 
-bool tryChoose(const TuneRequest& req, const std::string& algoSpec, const std::string& protoSpec, Choice* out) {
+namespace {
+
+// The cheapest algorithm and protocol that serve and apply to `req` and that NCCL_ALGO
+// and NCCL_PROTO allow, among the preferred ones or among all.
+bool tryChooseAmong(const TuneRequest& req, const std::string& algoSpec, const std::string& protoSpec,
+                    bool preferredOnly, Choice* out) {
   Choice best;
   best.estimatedUs = std::numeric_limits<double>::infinity();
   const char* func = collectiveName(req.coll);
   for (size_t i = 0; i < registry().size(); ++i) {
     const Algorithm* a = registry()[i];
     if (!a->serves(req.coll) || !a->applies(req) || a->deviceMemory() != req.deviceBuffers) continue;
+    if (preferredOnly && !a->preferred(req)) continue;
     if (a->streamOrdered() != req.streamOrdered) continue;
     if (req.unavailable >> i & 1) continue;
     bool listed = a->selectable() && traits(req.coll).scheduled;  // NCCL_ALGO lists only choose among these
@@ -94,6 +100,13 @@ bool tryChoose(const TuneRequest& req, const std::string& algoSpec, const std::s
   }
   *out = best;
   return best.algorithm != nullptr;
+}
+
+}  // namespace
+
+bool tryChoose(const TuneRequest& req, const std::string& algoSpec, const std::string& protoSpec, Choice* out) {
+  // The preferred algorithms first; the others only where none of those is left.
+  return tryChooseAmong(req, algoSpec, protoSpec, true, out) || tryChooseAmong(req, algoSpec, protoSpec, false, out);
 }
 
 }  // namespace strata::algorithms

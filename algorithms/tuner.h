@@ -28,6 +28,7 @@ struct TuneRequest {
   bool deviceBuffers = false;  // the operation's buffers are device memory
   bool streamOrdered = false;  // enqueued by the caller's thread on the caller's stream, no proxy (device-driven kernels)
   bool ownGpus = false;        // every rank drives a GPU no other rank of the communicator uses
+  bool oneProcess = false;     // every rank is a thread of one process: peers' memory is read with plain copies
   bool oneGpuThreads = false;  // every rank drives the same GPU, from a thread of one process (peer access unused)
   bool gpuMachine = false;     // a prediction for ranks that drive GPUs (strata-topo): host-only algorithms do not apply
   uint64_t unavailable = 0;    // bit i: registry()[i] cannot run on this communicator (its warm-up failed)

@@ -23,17 +23,21 @@ class DirectRead final : public Algorithm {
   const char* name() const override { return "DirectRead"; }
   bool serves(Collective c) const override { return c == Collective::kBroadcast || c == Collective::kAllGather; }
 
-  // One host, host memory (not a GPU machine's prediction), large enough to move
-  // one-sided (STRATA_PUT_BYTES) and smaller than the last-level cache
-  // (Config::bulkBytes). From there a read out of another process's private memory
-  // runs from memory to memory at 0.4-0.6x memcpy's rate, and the ring, whose
-  // writes there go through its slots, took 0.65-0.8x DirectRead's time on 2 and 4
-  // processes (32-128 MiB; docs/perf.md, "Large ring writes through the slots").
+  // One host, host memory (not a GPU machine's prediction), and large enough to move
+  // one-sided (STRATA_PUT_BYTES).
   bool applies(const TuneRequest& r) const override {
     size_t from = config().putBytes;
     return r.nodes == 1 && r.nranks > 1 && r.sharedMemory && !r.deviceBuffers && !r.gpuMachine && from > 0 &&
-           r.bytes >= from && r.bytes < config().bulkBytes();
+           r.bytes >= from;
   }
+  // Between processes, smaller than the last-level cache (Config::bulkBytes). From
+  // there a read out of another process's private memory runs from memory to memory
+  // at 0.4-0.6x memcpy's rate, and the ring, whose writes there go through its slots,
+  // took 0.65-0.8x DirectRead's time on 2 and 4 processes (32-128 MiB; docs/perf.md,
+  // "Large ring writes through the slots"). Threads read with plain copies: there
+  // DirectRead's broadcast stayed faster (0.5-0.9x the ring's time). NCCL_ALGO may
+  // still force it.
+  bool preferred(const TuneRequest& r) const override { return r.oneProcess || r.bytes < config().bulkBytes(); }
 
   double costUs(const TuneRequest& r, Protocol) const override {
     // One hop; the busiest rank (any of them) writes S, half of what the ring's root

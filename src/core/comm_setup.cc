@@ -301,6 +301,8 @@ void Communicator::planNodes() {
     if (p.device < 0 || p.device != peers_[0].device || !p.sameProcess(peers_[0])) b.oneGpuThreads = false;
   kernelBlocks_ = peers_[0].kernelBlocks;  // what every rank's GPU holds: the fewest
   for (const PeerInfo& p : peers_) kernelBlocks_ = std::min(kernelBlocks_, p.kernelBlocks);
+  b.oneProcess = true;
+  for (const PeerInfo& p : peers_) b.oneProcess = b.oneProcess && p.sameProcess(peers_[0]);
   b.sharedMemory = b.nodes == 1 && !staged;
   for (const PeerInfo& p : peers_)
     b.sharedMemory = b.sharedMemory && transport::selectTransport(peers_[rank()], p).has(transport::kSharedRegions);

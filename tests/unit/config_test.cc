@@ -129,6 +129,30 @@ TEST(Tuner, MultiNodeChoicesFollowTheNetwork) {
   EXPECT_STREQ(algorithms::choose(r, "", "").name(), "Ring");
 }
 
+// DirectRead (processes' one-sided reads) is preferred only below the bulk size
+// (Config::bulkBytes, 32 MiB); above it the ring is chosen, but NCCL_ALGO may still
+// force DirectRead, as the stress test does at any size.
+TEST(Tuner, DirectReadIsPreferredBelowTheBulkSizeAndForcibleAbove) {
+  algorithms::TuneRequest r;
+  r.coll = algorithms::Collective::kBroadcast;
+  r.nranks = 4;
+  r.sharedMemory = true;
+  r.intra = {1.0, 10.0};
+  size_t bulk = config().bulkBytes();
+  r.bytes = bulk - 4096;
+  EXPECT_STREQ(algorithms::choose(r, "", "").name(), "DirectRead");
+  r.bytes = bulk;
+  EXPECT_STREQ(algorithms::choose(r, "", "").name(), "Ring");
+  EXPECT_STREQ(algorithms::choose(r, "broadcast:DirectRead", "").name(), "DirectRead");
+  EXPECT_STREQ(algorithms::choose(r, "^Ring,Tree", "").name(), "DirectRead");
+  r.coll = algorithms::Collective::kAllGather;
+  EXPECT_STREQ(algorithms::choose(r, "", "").name(), "Ring");
+  EXPECT_STREQ(algorithms::choose(r, "allgather:DirectRead", "").name(), "DirectRead");
+  r.coll = algorithms::Collective::kBroadcast;
+  r.oneProcess = true;  // threads read each other's memory with plain copies
+  EXPECT_STREQ(algorithms::choose(r, "", "").name(), "DirectRead");
+}
+
 TEST(Tuner, ExcludingEverythingIsAnError) {
   algorithms::TuneRequest r;
   EXPECT_THROW(algorithms::choose(r, "NVLS", ""), Error);
