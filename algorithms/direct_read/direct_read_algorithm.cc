@@ -35,7 +35,7 @@ class DirectRead final : public Algorithm {
   // at 0.4-0.6x memcpy's rate, and the ring, whose writes there go through its slots,
   // took 0.65-0.8x DirectRead's time on 2 and 4 processes (32-128 MiB; docs/perf.md,
   // "Large ring writes through the slots"). Threads read with plain copies: there
-  // DirectRead's broadcast stayed faster (0.5-0.9x the ring's time). NCCL_ALGO may
+  // DirectRead's broadcast took 0.74-1.0x the ring's time. NCCL_ALGO may
   // still force it.
   bool preferred(const TuneRequest& r) const override { return r.oneProcess || r.bytes < config().bulkBytes(); }
 
