@@ -37,9 +37,11 @@ struct Config {
   bool cma = true;                          // STRATA_CMA=0: no Cross Memory Attach; one-sided writes between
                                             //   processes only into ncclMemAlloc buffers, else through the slots
   size_t cmaBulkBytes = 0;                  // STRATA_CMA_BULK_BYTES: a ring's writes into private memory of another
-                                            //   process whose output has this many bytes go through the slots,
-                                            //   not by CMA, and broadcast and all-gather of that size
-                                            //   take the ring, not DirectRead (0, the default: 32 MiB)
+                                            //   process whose registration (its output, or a larger buffer
+                                            //   registered around it) has this many bytes go through the
+                                            //   slots, not by CMA, and broadcast and all-gather of that size
+                                            //   between processes prefer the ring to DirectRead (0 or unset:
+                                            //   32 MiB)
   size_t putBytes = 16 << 10;               // STRATA_PUT_BYTES: operations of this size and more move data with
                                             //   one-sided writes (one copy) where the links allow; 0 never
   bool putBytesSet = false;                 //   given (else a host with more ranks than cores starts at
