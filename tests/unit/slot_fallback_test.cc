@@ -119,11 +119,9 @@ TEST(SlotFallback, ARingWriteThatDoesNotFitTheFreeSlotsWaitsForThem) {
   EXPECT_EQ(f.writes, 0) << "no one-sided write below the worthwhile size";
 }
 
-// A ring's put larger than all the slots could deadlock a ring were it to wait on
-// them (fifo.cc, ringCanWait): it is written, however little it is.
-TEST(SlotFallback, ARingWriteLargerThanAllTheSlotsIsWritten) {
-  Fifo f(1);
-  auto src = patterned(kSlotBytes + 1, 4);
+// A ring's put of `bytes` into an offer completes in one call with one one-sided write.
+void expectWrittenAtOnce(Fifo& f, size_t bytes, int seed) {
+  auto src = patterned(bytes, seed);
   std::vector<unsigned char> dst(src.size());
   Registration reg(dst.data(), dst.size());
   offer(f, dst, reg);
@@ -134,17 +132,16 @@ TEST(SlotFallback, ARingWriteLargerThanAllTheSlotsIsWritten) {
   EXPECT_EQ(dst, src);
 }
 
+// A ring's put larger than all the slots could deadlock a ring were it to wait on
+// them (fifo.cc, ringCanWait): it is written, however little it is.
+TEST(SlotFallback, ARingWriteLargerThanAllTheSlotsIsWritten) {
+  Fifo f(1);
+  expectWrittenAtOnce(f, kSlotBytes + 1, 4);
+}
+
 TEST(SlotFallback, ALargeRingWriteIsWritten) {
   Fifo f;
-  auto src = patterned(kWorthBytes, 3);
-  std::vector<unsigned char> dst(src.size());
-  Registration reg(dst.data(), dst.size());
-  offer(f, dst, reg);
-  ASSERT_TRUE(f.out->puts()->tryPut(src.data(), src.size()));
-  EXPECT_EQ(f.writes, 1);
-  size_t got = 0;
-  ASSERT_TRUE(f.in->puts()->tryPutDone(&got));
-  EXPECT_EQ(dst, src);
+  expectWrittenAtOnce(f, kWorthBytes, 3);
 }
 
 // The offer carries the registration it lies in (the whole output of a ring), so

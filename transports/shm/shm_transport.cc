@@ -127,9 +127,9 @@ class CmaPeer final : public PeerMemory {
 // last-level cache or more (32 MiB on the VM; Config::bulkBytes): from memory to
 // memory the kernel's page-by-page copy runs at 0.4-0.6x memcpy's rate, and the two
 // copies through the slots, into slots the caches hold and out of them, took
-// 0.8-0.9x its time. Point-to-point keeps it: a gather's
-// root would make every second copy itself (0.66-0.78x at 128 MiB through the
-// slots; docs/perf.md, "Large ring writes through the slots").
+// 0.8-0.9x its time. Point-to-point keeps it: a gather's root would make every
+// second copy itself (0.66-0.78x at 128 MiB through the slots; docs/perf.md,
+// "Large ring writes through the slots").
 bool directWorthIt(const FifoOffer& o, size_t bytes, size_t bulkBytes) {
   if (o.segment[0] || bytes == 0) return true;
   return bytes >= kCmaWorthBytes && (o.independent || o.region < bulkBytes);
