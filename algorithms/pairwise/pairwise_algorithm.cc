@@ -62,6 +62,31 @@ void addRecv(PlanContext& ctx, const char* fn, char* buf, size_t bytes, int peer
 
 namespace {
 
+// Each peer's piece is sent and received; this rank's own piece is copied locally
+// while they move. In place, the peers' pieces are sent from a copy (their places
+// receive), and this rank's own piece is where it belongs already.
+void planAllToAll(PlanContext& ctx, const char* fn, const char* src, char* dst, size_t piece) {
+  int n = ctx.layout().nranks, r = ctx.layout().rank;
+  const bool inPlace = src == dst && piece > 0;
+  if (inPlace || overlaps(src, dst, piece * n)) {
+    char* copy = ctx.scratch(piece * n);
+    if (inPlace) {
+      memcpy(copy, src, piece * r);
+      memcpy(copy + (r + 1) * piece, src + (r + 1) * piece, piece * (n - r - 1));
+    } else {
+      memcpy(copy, src, piece * n);
+    }
+    ctx.workedWhilePlanning();
+    src = copy;
+  }
+  for (int j = 0; j < n; ++j) {
+    if (j == r) continue;
+    addSend(ctx, fn, src + j * piece, piece, j);
+    addRecv(ctx, fn, dst + j * piece, piece, j);
+  }
+  if (!inPlace) addLocalCopy(ctx, fn, dst + r * piece, src + r * piece, piece);
+}
+
 class Pairwise final : public Algorithm {
  public:
   const char* name() const override { return "Pairwise"; }
@@ -85,18 +110,7 @@ class Pairwise final : public Algorithm {
     if (op.kind == CollectiveOp::Kind::kRecv) return addRecv(ctx, op.fn, dst, piece, op.root);
     switch (op.coll) {
       case Collective::kAllToAll:
-        if (overlaps(src, dst, piece * n)) {  // in place: send from a copy of the input
-          char* copy = ctx.scratch(piece * n);
-          memcpy(copy, src, piece * n);
-          ctx.workedWhilePlanning();
-          src = copy;
-        }
-        for (int j = 0; j < n; ++j) {
-          if (j == r) continue;
-          addSend(ctx, op.fn, src + j * piece, piece, j);
-          addRecv(ctx, op.fn, dst + j * piece, piece, j);
-        }
-        addLocalCopy(ctx, op.fn, dst + r * piece, src + r * piece, piece);  // while the peers' pieces move
+        planAllToAll(ctx, op.fn, src, dst, piece);
         break;
       case Collective::kGather:
         if (r != op.root) return addSend(ctx, op.fn, src, piece, op.root);

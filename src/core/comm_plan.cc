@@ -18,7 +18,7 @@ void CommPlan::reset(void* deviceStream) {
   order_.clear();
   selfSends_.clear();
   selfRecvs_.clear();
-  scratch_.clear();
+  scratch_.recycle();
 }
 
 int CommPlan::minChannels() const { return config().minChannels; }
@@ -51,10 +51,7 @@ void CommPlan::selfRecv(const char* fn, void* buf, size_t bytes) {
   selfRecvs_.push_back({fn, static_cast<char*>(buf), bytes});
 }
 
-char* CommPlan::scratch(size_t bytes) {
-  scratch_.emplace_back(new char[bytes]);
-  return scratch_.back().get();
-}
+char* CommPlan::scratch(size_t bytes) { return scratch_.take(bytes); }
 
 void CommPlan::matchSelfCopies() {
   size_t pairs = std::min(selfSends_.size(), selfRecvs_.size());

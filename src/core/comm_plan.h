@@ -10,6 +10,7 @@
 #include "algorithms/algorithm.h"
 #include "core/communicator.h"
 #include "core/op_order.h"
+#include "core/scratch_arena.h"
 
 namespace strata::core {
 
@@ -118,7 +119,7 @@ class CommPlan final : public algorithms::PlanContext, public algorithms::Links 
   bool worked_ = false;  // workedWhilePlanning()
   OpOrder order_;
   std::vector<SelfCopy> selfSends_, selfRecvs_;
-  std::vector<std::unique_ptr<char[]>> scratch_;
+  ScratchArena scratch_;  // kept across resets (scratch_arena.h)
 };
 
 }  // namespace strata::core
