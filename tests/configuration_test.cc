@@ -1,10 +1,12 @@
 // How a process is configured from outside, through the public API: NCCL's
 // configuration files, NCCL_TOPO_FILE completed by discovery and dumped, and the
-// network between nodes chosen per communicator (ncclConfig_t.netName over NCCL_NET).
+// network between nodes chosen per communicator (ncclConfig_t.netName over NCCL_NET),
+// and the settings every rank must share checked at init.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -205,6 +207,80 @@ TEST(NetName, RanksThatDisagreeFailAlike) {
     EXPECT_NE(r.error.find("init " + std::to_string(ncclInvalidUsage)), std::string::npos) << r.error;
     EXPECT_NE(r.error.find("disagree on the network"), std::string::npos) << r.error;
   }
+}
+
+
+// Ranks as processes; rank r's environment gets `env(r)` ("NAME=value;NAME=value", ""
+// for nothing) and, with `twoNodes`, NCCL_HOSTID puts odd ranks on a second node.
+// Each rank inits, all-reduces and destroys; returns each rank's error ("" for success).
+std::vector<RankResult> withRankEnv(int nranks, bool twoNodes, std::string (*env)(int rank)) {
+  return runRanks(
+      Mode::kProcesses, nranks,
+      [](int rank, int n, const ncclUniqueId& id) -> std::string {
+        ncclComm_t comm;
+        ncclResult_t r = ncclCommInitRank(&comm, n, id, rank);
+        if (r != ncclSuccess) return "init " + std::to_string(r) + ": " + ncclGetLastError(nullptr);
+        int v = rank + 1, sum = 0;
+        RANK_NCCL(ncclAllReduce(&v, &sum, 1, ncclInt32, ncclSum, comm, nullptr));
+        ncclCommDestroy(comm);
+        return sum == n * (n + 1) / 2 ? "" : "wrong sum " + std::to_string(sum);
+      },
+      120,
+      [twoNodes, env](int rank) {
+        if (twoNodes) setenv("NCCL_HOSTID", rank % 2 ? "agree-node1" : "agree-node0", 1);
+        setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+        std::string all = env(rank);
+        for (size_t at = 0; at < all.size();) {
+          size_t end = std::min(all.find(';', at), all.size()), eq = all.find('=', at);
+          setenv(all.substr(at, eq - at).c_str(), all.substr(eq + 1, end - eq - 1).c_str(), 1);
+          at = end + 1;
+        }
+        reloadEnvironment();
+        return std::string();
+      });
+}
+
+void expectAllFailNaming(const std::vector<RankResult>& results, const std::string& what) {
+  for (const RankResult& r : results) {
+    EXPECT_NE(r.error.find("init " + std::to_string(ncclInvalidUsage)), std::string::npos) << r.error;
+    EXPECT_NE(r.error.find(what), std::string::npos) << r.error;
+  }
+}
+
+// One rank restricted to another algorithm would plan another exchange, and both
+// would wait until STRATA_TIMEOUT: every rank's init fails instead, naming the setting
+// and the two ranks.
+TEST(SettingsAgreement, RanksWithDifferentAlgorithmsFailInitAlike) {
+  auto results = withRankEnv(3, false, [](int rank) -> std::string {
+    return rank == 2 ? "NCCL_ALGO=allreduce:tree" : "NCCL_ALGO=allreduce:ring";
+  });
+  expectAllFailNaming(results, "ranks 0 and 2 differ in NCCL_ALGO");
+}
+
+TEST(SettingsAgreement, DifferentStagingOrChannelsFailInit) {
+  expectAllFailNaming(withRankEnv(2, false, [](int rank) -> std::string { return rank ? "NCCL_BUFFSIZE=2097152" : ""; }),
+                      "differ in NCCL_BUFFSIZE");
+  expectAllFailNaming(withRankEnv(2, false, [](int rank) -> std::string { return rank ? "NCCL_MAX_NCHANNELS=1" : ""; }),
+                      "differ in the channel count");
+  expectAllFailNaming(withRankEnv(2, false, [](int rank) -> std::string { return rank ? "STRATA_CMA_BULK_BYTES=4096" : ""; }),
+                      "differ in STRATA_CMA_BULK_BYTES");
+}
+
+// NCCL's list syntax: case and spaces do not matter, so these agree.
+TEST(SettingsAgreement, TheSameListSpelledDifferentlyAgrees) {
+  auto results = withRankEnv(2, false, [](int rank) -> std::string {
+    return rank ? "NCCL_ALGO=Ring, Tree;NCCL_PROTO=simple" : "NCCL_ALGO=ring,tree;NCCL_PROTO=Simple";
+  });
+  EXPECT_EQ(failures(results), "");
+}
+
+// Shared memory between processes is a matter of one host: two nodes may differ,
+// two ranks of one node may not.
+TEST(SettingsAgreement, HostSettingsNeedAgreeOnlyWithinAHost) {
+  EXPECT_EQ(failures(withRankEnv(4, true, [](int rank) -> std::string { return rank % 2 ? "NCCL_SHM_DISABLE=1" : ""; })),
+            "");
+  expectAllFailNaming(withRankEnv(4, true, [](int rank) -> std::string { return rank == 3 ? "NCCL_SHM_DISABLE=1" : ""; }),
+                      "ranks 1 and 3 differ in NCCL_SHM_DISABLE");
 }
 
 }  // namespace

@@ -28,6 +28,10 @@ struct PeerInfo {
   bool gdr = false;          // its GPU is near enough its NIC for GPUDirect RDMA (NCCL_NET_GDR_LEVEL)
   char netName[32] = {};     // the network its communicator uses between nodes (ncclConfig_t.netName, else
                              // NCCL_NET); empty: the first that connects
+  // Hashes of the settings every rank plans from on its own (core/settings_agreement.h),
+  // in that file's order: ranks that differ would plan differently and wait on each other.
+  static constexpr int kSettings = 10;
+  uint64_t settings[kSettings] = {};
   char hostname[64] = {};
   char bellName[64] = {};    // shared-memory doorbell that peers ring
 

@@ -15,6 +15,7 @@
 #include "base/shm_segment.h"
 #include "core/comm_plan.h"
 #include "core/communicator.h"
+#include "core/settings_agreement.h"
 #include "device/gpu.h"
 #include "topology/local.h"
 #include "transports/transport.h"
@@ -102,6 +103,7 @@ PeerInfo Communicator::describeSelf(int rank, const CommOptions& opts, std::shar
   copyString(self.busId, sizeof(self.busId), device::gpuBusId(opts.device));
   if (opts.device >= 0) self.kernelBlocks = device::kernelBlocksAtOnce(opts.device);
   copyString(self.netName, sizeof(self.netName), opts.netName.empty() ? config().netName : opts.netName);
+  hashSettings(agreedSettings(opts), &self);
   self.hostHash = hostIdentity(nullptr);
   self.processHash = processIdentity();
   self.machineHash = machineIdentity();
@@ -197,6 +199,7 @@ void Communicator::setup(std::vector<PeerInfo> peers, std::unique_ptr<Bootstrap>
   layout_.nranks = static_cast<int>(peers_.size());
   chooseStaging(opts);
   checkNetworkAgreed();
+  checkSettingsAgreed(peers_, rank(), agreedSettings(opts));
   int machineRanks = 0;
   for (const PeerInfo& p : peers_) machineRanks += p.machineHash == peers_[rank()].machineHash ? 1 : 0;
   oversubscribed_ = machineRanks > sysconf(_SC_NPROCESSORS_ONLN);
@@ -228,10 +231,7 @@ void Communicator::chooseStaging(const CommOptions& opts) {
   const Config& cfg = config();
   slots_ = std::min(cfg.slots, 64);
   slotBytes_ = std::max<size_t>(4096, (cfg.buffSize / slots_) & ~size_t{63});
-  int nch = cfg.maxChannels;
-  if (opts.maxChannels > 0) nch = std::min(nch, opts.maxChannels);
-  if (opts.minChannels > 0) nch = std::max(nch, opts.minChannels);
-  channels_ = std::max(1, std::min(nch, 64));
+  channels_ = channelCount(cfg, opts);
 }
 
 // Each rank plans its own node with topology::planNode, as strata-topo does; the

@@ -1,0 +1,74 @@
+#include "core/settings_agreement.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "base/error.h"
+
+namespace strata::core {
+namespace {
+
+// NCCL's list syntax ignores case and spaces: "Ring, Tree" and "ring,tree" agree.
+std::string normalized(const std::string& list) {
+  std::string out;
+  for (char c : list)
+    if (!isspace(static_cast<unsigned char>(c))) out += static_cast<char>(tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string orUnset(bool set, size_t value) { return set ? std::to_string(value) : "unset"; }
+
+}  // namespace
+
+int channelCount(const Config& cfg, const CommOptions& opts) {
+  int nch = cfg.maxChannels;
+  if (opts.maxChannels > 0) nch = std::min(nch, opts.maxChannels);
+  if (opts.minChannels > 0) nch = std::max(nch, opts.minChannels);
+  return std::max(1, std::min(nch, 64));
+}
+
+std::vector<AgreedSetting> agreedSettings(const CommOptions& opts) {
+  const Config& c = config();
+  std::vector<AgreedSetting> s = {
+      {"NCCL_ALGO", normalized(c.algo), false},
+      {"NCCL_PROTO", normalized(c.proto), false},
+      {"NCCL_BUFFSIZE", std::to_string(c.buffSize), false},
+      {"STRATA_NSLOTS", std::to_string(c.slots), false},
+      {"the channel count (NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, ncclConfig_t minCTAs/maxCTAs)",
+       std::to_string(channelCount(c, opts)) + " of at least " + std::to_string(c.minChannels), false},
+      {"STRATA_PUT_BYTES", orUnset(c.putBytesSet, c.putBytes), false},
+      {"STRATA_CMA_BULK_BYTES", std::to_string(c.bulkBytes()), false},
+      {"NCCL_SHM_DISABLE", c.shmDisable ? "1" : "0", true},
+      {"NCCL_P2P_DISABLE", c.p2pDisable ? "1" : "0", true},
+      {"NCCL_P2P_LEVEL", normalized(c.p2pLevel), true},
+  };
+  STRATA_REQUIRE(s.size() == PeerInfo::kSettings, ncclInternalError, "%zu agreed settings for %d hashes", s.size(),
+                 PeerInfo::kSettings);
+  return s;
+}
+
+void hashSettings(const std::vector<AgreedSetting>& settings, PeerInfo* self) {
+  for (size_t i = 0; i < settings.size(); ++i)
+    self->settings[i] = hashBytes(settings[i].value.data(), settings[i].value.size());
+}
+
+void checkSettingsAgreed(const std::vector<PeerInfo>& peers, int rank, const std::vector<AgreedSetting>& mine) {
+  for (const PeerInfo& p : peers) {
+    const PeerInfo* hostFirst = &p;  // the lowest rank of p's host
+    for (const PeerInfo& q : peers)
+      if (q.sameHost(p)) {
+        hostFirst = &q;
+        break;
+      }
+    for (int i = 0; i < PeerInfo::kSettings; ++i) {
+      const PeerInfo* ref = mine[i].perHost ? hostFirst : &peers[0];
+      STRATA_REQUIRE(p.settings[i] == ref->settings[i], ncclInvalidUsage,
+                     "rank %d: ranks %d and %d differ in %s (this rank's: \"%s\"); every rank%s plans from its own "
+                     "settings, so they must be alike or the ranks would wait on each other",
+                     rank, ref->rank, p.rank, mine[i].name, mine[i].value.c_str(),
+                     mine[i].perHost ? " of a host" : "");
+    }
+  }
+}
+
+}  // namespace strata::core
