@@ -259,28 +259,33 @@ TEST(SettingsAgreement, RanksWithDifferentAlgorithmsFailInitAlike) {
 
 TEST(SettingsAgreement, DifferentStagingOrChannelsFailInit) {
   expectAllFailNaming(withRankEnv(2, false, [](int rank) -> std::string { return rank ? "NCCL_BUFFSIZE=2097152" : ""; }),
-                      "differ in NCCL_BUFFSIZE");
+                      "differ in the slots (NCCL_BUFFSIZE / STRATA_NSLOTS)");
   expectAllFailNaming(withRankEnv(2, false, [](int rank) -> std::string { return rank ? "NCCL_MAX_NCHANNELS=1" : ""; }),
                       "differ in the channel count");
   expectAllFailNaming(withRankEnv(2, false, [](int rank) -> std::string { return rank ? "STRATA_CMA_BULK_BYTES=4096" : ""; }),
                       "differ in STRATA_CMA_BULK_BYTES");
 }
 
-// NCCL's list syntax: case and spaces do not matter, so these agree.
-TEST(SettingsAgreement, TheSameListSpelledDifferentlyAgrees) {
+// Settings that plan alike agree: NCCL's lists with other case and spaces, and
+// staging sizes that make the same slots (8 x 128 KiB, 64-byte aligned).
+TEST(SettingsAgreement, SettingsThatPlanAlikeAgree) {
   auto results = withRankEnv(2, false, [](int rank) -> std::string {
-    return rank ? "NCCL_ALGO=Ring, Tree;NCCL_PROTO=simple" : "NCCL_ALGO=ring,tree;NCCL_PROTO=Simple";
+    return rank ? "NCCL_ALGO=Ring, Tree;NCCL_PROTO=simple;NCCL_BUFFSIZE=1048600"
+                : "NCCL_ALGO=ring,tree;NCCL_PROTO=Simple;NCCL_BUFFSIZE=1048576";
   });
   EXPECT_EQ(failures(results), "");
 }
 
-// Shared memory between processes is a matter of one host: two nodes may differ,
-// two ranks of one node may not.
-TEST(SettingsAgreement, HostSettingsNeedAgreeOnlyWithinAHost) {
-  EXPECT_EQ(failures(withRankEnv(4, true, [](int rank) -> std::string { return rank % 2 ? "NCCL_SHM_DISABLE=1" : ""; })),
+// A ring's rank asks whether every hop, on every host, can write one-sided, answering
+// for other hosts from its own NCCL_SHM_DISABLE: it must be alike on every node.
+// GPU peer-to-peer settings play no part on host memory: there they may differ.
+TEST(SettingsAgreement, ShmMustAgreeEverywhereGpuPeerToPeerNotOnHostMemory) {
+  expectAllFailNaming(withRankEnv(4, true, [](int rank) -> std::string { return rank % 2 ? "NCCL_SHM_DISABLE=1" : ""; }),
+                      "ranks 0 and 1 differ in NCCL_SHM_DISABLE");
+  EXPECT_EQ(failures(withRankEnv(2, false, [](int rank) -> std::string {
+              return rank ? "NCCL_P2P_LEVEL=SYS;NCCL_P2P_DISABLE=1" : "";
+            })),
             "");
-  expectAllFailNaming(withRankEnv(4, true, [](int rank) -> std::string { return rank == 3 ? "NCCL_SHM_DISABLE=1" : ""; }),
-                      "ranks 1 and 3 differ in NCCL_SHM_DISABLE");
 }
 
 }  // namespace

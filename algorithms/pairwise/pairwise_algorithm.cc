@@ -68,7 +68,7 @@ namespace {
 void planAllToAll(PlanContext& ctx, const char* fn, const char* src, char* dst, size_t piece) {
   int n = ctx.layout().nranks, r = ctx.layout().rank;
   const bool inPlace = src == dst && piece > 0;
-  if (inPlace || overlaps(src, dst, piece * n)) {
+  if (inPlace ? n > 1 : overlaps(src, dst, piece * n)) {
     char* copy = ctx.scratch(piece * n);
     if (inPlace) {
       memcpy(copy, src, piece * r);

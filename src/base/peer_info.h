@@ -30,7 +30,7 @@ struct PeerInfo {
                              // NCCL_NET); empty: the first that connects
   // Hashes of the settings every rank plans from on its own (core/settings_agreement.h),
   // in that file's order: ranks that differ would plan differently and wait on each other.
-  static constexpr int kSettings = 10;
+  static constexpr int kSettings = 9;
   uint64_t settings[kSettings] = {};
   char hostname[64] = {};
   char bellName[64] = {};    // shared-memory doorbell that peers ring

@@ -229,8 +229,9 @@ void Communicator::checkNetworkAgreed() const {
 
 void Communicator::chooseStaging(const CommOptions& opts) {
   const Config& cfg = config();
-  slots_ = std::min(cfg.slots, 64);
-  slotBytes_ = std::max<size_t>(4096, (cfg.buffSize / slots_) & ~size_t{63});
+  StagingShape shape = stagingShape(cfg);
+  slots_ = shape.slots;
+  slotBytes_ = shape.slotBytes;
   channels_ = channelCount(cfg, opts);
 }
 

@@ -1,7 +1,7 @@
 // The memory a plan borrows until its group has run (PlanContext::scratch), kept for
 // the plan's next use. An in-place all-to-all copies its input aside on every call;
 // a fresh allocation of that size is a fresh mapping whose every page faults on the
-// copy: 25-36x the out-of-place call's time at 32-128 MiB on the 2-core VM
+// copy: 37-49x the out-of-place call's time at 32-128 MiB on the 2-core VM
 // (docs/perf.md, "In-place all-to-all").
 // Not thread-safe: one plan, one planning thread at a time.
 #pragma once

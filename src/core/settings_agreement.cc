@@ -27,20 +27,30 @@ int channelCount(const Config& cfg, const CommOptions& opts) {
   return std::max(1, std::min(nch, 64));
 }
 
+StagingShape stagingShape(const Config& cfg) {
+  int slots = std::min(cfg.slots, 64);
+  return {slots, std::max<size_t>(4096, (cfg.buffSize / slots) & ~size_t{63})};
+}
+
 std::vector<AgreedSetting> agreedSettings(const CommOptions& opts) {
   const Config& c = config();
+  // Host-memory communicators use no GPU peer-to-peer: its settings cannot differ there.
+  const bool gpu = opts.device >= 0;
+  StagingShape shape = stagingShape(c);
   std::vector<AgreedSetting> s = {
       {"NCCL_ALGO", normalized(c.algo), false},
       {"NCCL_PROTO", normalized(c.proto), false},
-      {"NCCL_BUFFSIZE", std::to_string(c.buffSize), false},
-      {"STRATA_NSLOTS", std::to_string(c.slots), false},
+      {"the slots (NCCL_BUFFSIZE / STRATA_NSLOTS)", std::to_string(shape.slots) + " x " + std::to_string(shape.slotBytes),
+       false},
       {"the channel count (NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, ncclConfig_t minCTAs/maxCTAs)",
        std::to_string(channelCount(c, opts)) + " of at least " + std::to_string(c.minChannels), false},
       {"STRATA_PUT_BYTES", orUnset(c.putBytesSet, c.putBytes), false},
       {"STRATA_CMA_BULK_BYTES", std::to_string(c.bulkBytes()), false},
-      {"NCCL_SHM_DISABLE", c.shmDisable ? "1" : "0", true},
-      {"NCCL_P2P_DISABLE", c.p2pDisable ? "1" : "0", true},
-      {"NCCL_P2P_LEVEL", normalized(c.p2pLevel), true},
+      // Global, not per host: a ring's rank asks whether every hop, on every host, can
+      // write one-sided, and answers for other hosts from its own setting.
+      {"NCCL_SHM_DISABLE", c.shmDisable ? "1" : "0", false},
+      {"NCCL_P2P_DISABLE", gpu && c.p2pDisable ? "1" : "0", true},
+      {"NCCL_P2P_LEVEL", gpu ? normalized(c.p2pLevel.empty() ? "PXB" : c.p2pLevel) : "", true},
   };
   STRATA_REQUIRE(s.size() == PeerInfo::kSettings, ncclInternalError, "%zu agreed settings for %d hashes", s.size(),
                  PeerInfo::kSettings);

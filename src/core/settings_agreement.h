@@ -24,6 +24,13 @@ struct AgreedSetting {
 // Ring channels per communicator: NCCL_MAX_NCHANNELS within ncclConfig_t's minCTAs and
 // maxCTAs, 1 to 64.
 int channelCount(const Config& cfg, const CommOptions& opts);
+// A connection's slots: STRATA_NSLOTS (at most 64) splitting NCCL_BUFFSIZE, each at
+// least 4 KiB, 64-byte aligned.
+struct StagingShape {
+  int slots;
+  size_t slotBytes;
+};
+StagingShape stagingShape(const Config& cfg);
 // This rank's settings for a communicator with options `opts`, in PeerInfo::settings order.
 std::vector<AgreedSetting> agreedSettings(const CommOptions& opts);
 void hashSettings(const std::vector<AgreedSetting>& settings, PeerInfo* self);
