@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <unordered_map>
 
 #include "base/error.h"
 
@@ -63,15 +64,11 @@ void hashSettings(const std::vector<AgreedSetting>& settings, PeerInfo* self) {
 }
 
 void checkSettingsAgreed(const std::vector<PeerInfo>& peers, int rank, const std::vector<AgreedSetting>& mine) {
+  std::unordered_map<uint64_t, const PeerInfo*> hostFirst;  // each host's lowest rank
+  for (const PeerInfo& p : peers) hostFirst.emplace(p.hostHash, &p);
   for (const PeerInfo& p : peers) {
-    const PeerInfo* hostFirst = &p;  // the lowest rank of p's host
-    for (const PeerInfo& q : peers)
-      if (q.sameHost(p)) {
-        hostFirst = &q;
-        break;
-      }
     for (int i = 0; i < PeerInfo::kSettings; ++i) {
-      const PeerInfo* ref = mine[i].perHost ? hostFirst : &peers[0];
+      const PeerInfo* ref = mine[i].perHost ? hostFirst.at(p.hostHash) : &peers[0];
       STRATA_REQUIRE(p.settings[i] == ref->settings[i], ncclInvalidUsage,
                      "rank %d: ranks %d and %d differ in %s (this rank's: \"%s\"); every rank%s plans from its own "
                      "settings, so they must be alike or the ranks would wait on each other",
