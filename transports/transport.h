@@ -68,18 +68,27 @@ class Registration {
   std::atomic<bool> live_{true};
 };
 
+// What a one-sided transfer belongs to, for how a transport moves it.
+enum class Transfer {
+  kChained,      // a ring's step: what the peer sends next may wait on it
+  kIndependent,  // point-to-point: nothing the peer sends depends on it
+  kBalanced,     // point-to-point in an exchange where every rank sends as much as it
+                 // receives at once (DirectRead's all-gather): both ends copy anyway, so
+                 // a second copy through the slots takes no core that would be idle
+};
+
 // The receiver's side of one-sided writes.
 class PutReceiver {
  public:
   virtual ~PutReceiver() = default;
   // Where the sender's next put goes (offers are used in order); false while
   // too many offers are outstanding (call again). Throws ncclInvalidUsage
-  // unless `reg` is live and covers [dst, dst + bytes). `independent`: nothing the
+  // unless `reg` is live and covers [dst, dst + bytes). Not kChained: nothing the
   // peer sends depends on this receive completing (a point-to-point receive); the
   // transport may then post it with the independent offers made right after it as
   // one grouped receive, which completes as a whole (Network::irecv), or carry it
   // through its slots, so the caller must keep polling tryPutDone while it waits.
-  virtual bool tryOffer(void* dst, size_t bytes, const Registration& reg, bool independent) = 0;
+  virtual bool tryOffer(void* dst, size_t bytes, const Registration& reg, Transfer kind) = 0;
   // True once the oldest offer has been written; *bytes gets what was written.
   virtual bool tryPutDone(size_t* bytes) = 0;
 };
@@ -101,7 +110,8 @@ class GetSender {
   virtual ~GetSender() = default;
   // Exposes [src, src + bytes) as the next message for the receiver to read; false
   // while too many are outstanding. Throws unless `reg` is live and covers it.
-  virtual bool tryExpose(const void* src, size_t bytes, const Registration& reg) = 0;
+  // `kind`: kIndependent or kBalanced (reads are point-to-point).
+  virtual bool tryExpose(const void* src, size_t bytes, const Registration& reg, Transfer kind) = 0;
   // True once the oldest exposure has been read: its memory may change again.
   virtual bool tryGetDone() = 0;
   // Copies one piece of the oldest exposure into the receiver's memory, where the

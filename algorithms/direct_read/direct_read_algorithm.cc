@@ -18,6 +18,8 @@
 namespace strata::algorithms::direct_read {
 namespace {
 
+constexpr size_t kPreferredBelowBytes = 32 << 20;
+
 class DirectRead final : public Algorithm {
  public:
   const char* name() const override { return "DirectRead"; }
@@ -30,14 +32,17 @@ class DirectRead final : public Algorithm {
     return r.nodes == 1 && r.nranks > 1 && r.sharedMemory && !r.deviceBuffers && !r.gpuMachine && from > 0 &&
            r.bytes >= from;
   }
-  // Between processes, smaller than the last-level cache (Config::bulkBytes). From
-  // there a read out of another process's private memory runs from memory to memory
-  // at 0.4-0.6x memcpy's rate, and the ring, whose writes there go through its slots,
-  // took 0.65-0.8x DirectRead's time on 2 and 4 processes (32-128 MiB; docs/perf.md,
-  // "Large ring writes through the slots"). Threads read with plain copies: there
-  // DirectRead's broadcast took 0.74-1.0x the ring's time. NCCL_ALGO may
-  // still force it.
-  bool preferred(const TuneRequest& r) const override { return r.oneProcess || r.bytes < config().bulkBytes(); }
+  // Between processes, smaller than the last-level cache (32 MiB, a constant so that
+  // every rank and strata-topo agree). From there a read out of another process's
+  // private memory runs from memory to memory at 0.4-0.6x memcpy's rate, and the
+  // ring, whose writes there go through its slots, took 0.65-0.8x DirectRead's time
+  // on 2 and 4 processes (32-128 MiB; docs/perf.md, "Large ring writes through the
+  // slots"). Below, its reads out of ncclMemAlloc memory are plain copies, and those
+  // of a balanced exchange out of private memory go through the slots (docs/perf.md,
+  // "Exchanges through the slots from 256 KiB"). Threads read with plain copies:
+  // there DirectRead's broadcast took 0.74-1.0x the ring's time. NCCL_ALGO may still
+  // force it.
+  bool preferred(const TuneRequest& r) const override { return r.oneProcess || r.bytes < kPreferredBelowBytes; }
 
   double costUs(const TuneRequest& r, Protocol) const override {
     // One hop; the busiest rank (any of them) writes S, half of what the ring's root
@@ -54,17 +59,21 @@ class DirectRead final : public Algorithm {
     size_t bytes = op.count * device::dtypeSize(op.type);
     const char* src = static_cast<const char*>(op.sendbuff);
     char* dst = static_cast<char*>(op.recvbuff);
+    // All-gather, and a broadcast of two ranks, are balanced: each rank reads as much
+    // as it serves, so reads out of private memory may go through the slots.
+    const pairwise::P2pShape shape{.fanOut = true,
+                                   .balanced = op.coll == Collective::kAllGather || l.nranks == 2};
     if (op.coll == Collective::kAllGather) {  // bytes: one rank's piece; in place, its own is there already
       for (int j = 0; j < l.nranks; ++j) {
         if (j == l.rank) continue;
-        pairwise::addSend(ctx, op.fn, src, bytes, j, true);
-        pairwise::addRecv(ctx, op.fn, dst + j * bytes, bytes, j, true);
+        pairwise::addSend(ctx, op.fn, src, bytes, j, shape);
+        pairwise::addRecv(ctx, op.fn, dst + j * bytes, bytes, j, shape);
       }
       return addLocalCopy(ctx, op.fn, dst + l.rank * bytes, src, bytes);
     }
-    if (l.rank != op.root) return pairwise::addRecv(ctx, op.fn, dst, bytes, op.root, true);
+    if (l.rank != op.root) return pairwise::addRecv(ctx, op.fn, dst, bytes, op.root, shape);
     for (int j = 0; j < l.nranks; ++j)
-      if (j != l.rank) pairwise::addSend(ctx, op.fn, src, bytes, j, true);
+      if (j != l.rank) pairwise::addSend(ctx, op.fn, src, bytes, j, shape);
     addLocalCopy(ctx, op.fn, dst, src, bytes);
   }
 };

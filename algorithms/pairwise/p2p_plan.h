@@ -8,11 +8,16 @@
 
 namespace strata::algorithms::pairwise {
 
-// A large transfer moves once where the link allows: one one-sided write, or,
-// with `fanOut` (one rank serving several at once, who then copy in parallel),
-// one read by the receiver; else slot-sized messages. Both ends decide alike from
-// the byte count (equal by NCCL's rules) and the link's capabilities.
-void addSend(PlanContext& ctx, const char* fn, const char* buf, size_t bytes, int peer, bool fanOut = false);
-void addRecv(PlanContext& ctx, const char* fn, char* buf, size_t bytes, int peer, bool fanOut = false);
+// How a transfer sits in its collective. Both ends of a transfer pass the same.
+struct P2pShape {
+  bool fanOut = false;    // one rank serves several at once, who then copy in parallel
+  bool balanced = false;  // every rank sends as much as it receives at once (transport::Transfer::kBalanced)
+};
+
+// A large transfer moves once where the link allows: one one-sided write, or, with
+// `fanOut`, one read by the receiver; else slot-sized messages. Both ends decide alike
+// from the byte count (equal by NCCL's rules) and the link's capabilities.
+void addSend(PlanContext& ctx, const char* fn, const char* buf, size_t bytes, int peer, P2pShape shape = {});
+void addRecv(PlanContext& ctx, const char* fn, char* buf, size_t bytes, int peer, P2pShape shape = {});
 
 }  // namespace strata::algorithms::pairwise

@@ -32,13 +32,14 @@ P2pTaskArgs::Mode modeFor(PlanContext& ctx, int peer, size_t bytes, bool fanOut)
 
 }  // namespace
 
-void addSend(PlanContext& ctx, const char* fn, const char* buf, size_t bytes, int peer, bool fanOut) {
+void addSend(PlanContext& ctx, const char* fn, const char* buf, size_t bytes, int peer, P2pShape shape) {
   const RankLayout& l = ctx.layout();
   if (peer == l.rank) return ctx.selfSend(fn, buf, bytes);
   LinkKey k{peer, linkId("p2p")};
   ctx.needSend(k);
   P2pTaskArgs a{fn, l.rank, peer, const_cast<char*>(buf), bytes, nullptr, nullptr};
-  a.mode = modeFor(ctx, peer, bytes, fanOut);
+  a.mode = modeFor(ctx, peer, bytes, shape.fanOut);
+  a.balanced = shape.balanced;
   ctx.addTask({linkId("p2p.send"), peer}, [a, k](Links& ln) mutable {
     a.send = &ln.send(k);
     if (a.mode == P2pTaskArgs::Mode::kGet) a.reg = ln.registration(k, a.buffer, a.bytes);
@@ -46,13 +47,14 @@ void addSend(PlanContext& ctx, const char* fn, const char* buf, size_t bytes, in
   });
 }
 
-void addRecv(PlanContext& ctx, const char* fn, char* buf, size_t bytes, int peer, bool fanOut) {
+void addRecv(PlanContext& ctx, const char* fn, char* buf, size_t bytes, int peer, P2pShape shape) {
   const RankLayout& l = ctx.layout();
   if (peer == l.rank) return ctx.selfRecv(fn, buf, bytes);
   LinkKey k{peer, linkId("p2p")};
   ctx.needRecv(k);
   P2pTaskArgs a{fn, l.rank, peer, buf, bytes, nullptr, nullptr};
-  a.mode = modeFor(ctx, peer, bytes, fanOut);
+  a.mode = modeFor(ctx, peer, bytes, shape.fanOut);
+  a.balanced = shape.balanced;
   ctx.addTask({linkId("p2p.recv"), peer}, [a, k](Links& ln) mutable {
     a.recv = &ln.recv(k);
     if (a.mode == P2pTaskArgs::Mode::kPut) a.reg = ln.registration(k, a.buffer, a.bytes);
@@ -81,6 +83,9 @@ void planAllToAll(PlanContext& ctx, const char* fn, const char* src, char* dst, 
   }
   for (int j = 0; j < n; ++j) {
     if (j == r) continue;
+    // Not marked balanced: its one-sided writes through the slots wait for the
+    // receiver's offer first, and took 0.85-0.97x CMA's time at 2 ranks, 512 KiB-2 MiB
+    // (docs/perf.md, "Exchanges through the slots from 256 KiB").
     addSend(ctx, fn, src + j * piece, piece, j);
     addRecv(ctx, fn, dst + j * piece, piece, j);
   }
@@ -119,9 +124,9 @@ class Pairwise final : public Algorithm {
         addLocalCopy(ctx, op.fn, dst + r * piece, src, piece);
         break;
       default:  // scatter: the receivers read their pieces out of the root's buffer
-        if (r != op.root) return addRecv(ctx, op.fn, dst, piece, op.root, true);
+        if (r != op.root) return addRecv(ctx, op.fn, dst, piece, op.root, {.fanOut = true});
         for (int j = 0; j < n; ++j)
-          if (j != r) addSend(ctx, op.fn, src + j * piece, piece, j, true);
+          if (j != r) addSend(ctx, op.fn, src + j * piece, piece, j, {.fanOut = true});
         addLocalCopy(ctx, op.fn, dst, src + r * piece, piece);
         break;
     }

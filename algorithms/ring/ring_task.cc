@@ -63,9 +63,9 @@ class RingTask final : public Task {
     for (; a_.putsIn && offered_ < sched_.numSteps(); ++offered_) {
       RingStep s = sched_.step(offered_);
       if (!putIn(s)) continue;
-      bool independent = false;  // the ring forwards what it receives: a group could wait on itself
+      // Chained: the ring forwards what it receives, so a group could wait on itself.
       if (!a_.fromPrev->puts()->tryOffer(a_.recvbuff + s.dstOffset * esize_, s.count * esize_, *a_.outputReg,
-                                         independent))
+                                         transport::Transfer::kChained))
         break;
       moved = true;
     }

@@ -284,9 +284,10 @@ TEST_P(Conformance, OneSidedWritesIntoRegisteredMemory) {
         std::vector<unsigned char> dst((64 << 20) + 16, 0);
         auto reg = t.registerMemory(dst.data(), dst.size());
         ASSERT_TRUE(reg);
-        EXPECT_THROW(in.puts()->tryOffer(dst.data() + 16, dst.size(), *reg, false), Error) << "outside the registration";
+        EXPECT_THROW(in.puts()->tryOffer(dst.data() + 16, dst.size(), *reg, Transfer::kChained), Error)
+            << "outside the registration";
         for (size_t m = 0; m < sizes.size(); ++m) {
-          ASSERT_TRUE(within([&] { return in.puts()->tryOffer(dst.data(), sizes[m], *reg, false); }));
+          ASSERT_TRUE(within([&] { return in.puts()->tryOffer(dst.data(), sizes[m], *reg, Transfer::kChained); }));
           size_t got = 0;
           ASSERT_TRUE(within([&] { return in.puts()->tryPutDone(&got); })) << "write " << m;
           ASSERT_EQ(got, sizes[m]);
@@ -295,14 +296,14 @@ TEST_P(Conformance, OneSidedWritesIntoRegisteredMemory) {
         void* shared = allocateShared(1 << 20);  // ncclMemAlloc's memory: a mapped copy, no system call
         ASSERT_TRUE(shared);
         auto sreg = t.registerMemory(shared, 1 << 20);
-        ASSERT_TRUE(within([&] { return in.puts()->tryOffer(shared, 4096, *sreg, false); }));
+        ASSERT_TRUE(within([&] { return in.puts()->tryOffer(shared, 4096, *sreg, Transfer::kChained); }));
         size_t got = 0;
         ASSERT_TRUE(within([&] { return in.puts()->tryPutDone(&got); }));
         for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(static_cast<unsigned char*>(shared)[i], pattern(sizes.size(), i));
         freeShared(shared);
-        ASSERT_TRUE(within([&] { return in.puts()->tryOffer(dst.data(), 16, *reg, false); }));
+        ASSERT_TRUE(within([&] { return in.puts()->tryOffer(dst.data(), 16, *reg, Transfer::kChained); }));
         reg->deregister();
-        EXPECT_THROW(in.puts()->tryOffer(dst.data(), 16, *reg, false), Error) << "after deregistration";
+        EXPECT_THROW(in.puts()->tryOffer(dst.data(), 16, *reg, Transfer::kChained), Error) << "after deregistration";
         std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let the refused write happen
       });
 }
@@ -334,7 +335,8 @@ TEST_P(Conformance, IndependentWritesOfMixedSizesLandInOrder) {
         for (size_t m = 0; m < total; ++m) {
           for (; offered < total && offered < m + ahead; ++offered)
             ASSERT_TRUE(within([&] {
-              return in.puts()->tryOffer(dst[offered % ahead].data(), sizeOf(offered), *regs[offered % ahead], true);
+              return in.puts()->tryOffer(dst[offered % ahead].data(), sizeOf(offered), *regs[offered % ahead],
+                                         Transfer::kIndependent);
             })) << "offer " << offered;
           size_t got = 0;
           ASSERT_TRUE(within([&] { return in.puts()->tryPutDone(&got); })) << "write " << m;
@@ -355,13 +357,14 @@ TEST_P(Conformance, OneSidedReadsOfExposedMemory) {
         std::vector<unsigned char> src(64 << 20);
         auto reg = t.registerMemory(src.data(), src.size());
         try {
-          out.gets()->tryExpose(src.data() + 1, src.size(), *reg);
+          out.gets()->tryExpose(src.data() + 1, src.size(), *reg, Transfer::kIndependent);
           return "an exposure outside its registration was accepted";
         } catch (const Error&) {
         }
         for (size_t m = 0; m < sizes.size(); ++m) {
           for (size_t i = 0; i < sizes[m]; ++i) src[i] = pattern(m, i);
-          if (!within([&] { return out.gets()->tryExpose(src.data(), sizes[m], *reg); })) return "no room";
+          if (!within([&] { return out.gets()->tryExpose(src.data(), sizes[m], *reg, Transfer::kIndependent); }))
+            return "no room";
           // Waiting, the sender copies chunks of a large read for the receiver (as an idle rank does).
           if (!within([&] { return out.gets()->tryGetDone() || (out.gets()->helpRead() && false); }))
             return "never read";
@@ -369,12 +372,13 @@ TEST_P(Conformance, OneSidedReadsOfExposedMemory) {
         void* shared = allocateShared(1 << 20);
         auto sreg = t.registerMemory(shared, 1 << 20);
         for (size_t i = 0; i < 4096; ++i) static_cast<unsigned char*>(shared)[i] = pattern(9, i);
-        if (!within([&] { return out.gets()->tryExpose(shared, 4096, *sreg); })) return "no room";
+        if (!within([&] { return out.gets()->tryExpose(shared, 4096, *sreg, Transfer::kIndependent); }))
+          return "no room";
         bool read = within([&] { return out.gets()->tryGetDone(); });
         freeShared(shared);
         reg->deregister();
         try {
-          out.gets()->tryExpose(src.data(), 16, *reg);
+          out.gets()->tryExpose(src.data(), 16, *reg, Transfer::kIndependent);
           return "an exposure after deregistration was accepted";
         } catch (const Error&) {
         }

@@ -444,7 +444,7 @@ struct PutLink {
     for (int it = 0; it <= iterations; ++it) {
       if (it == 1) before = counters().registrations;
       for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint32_t>(it * 7919 + i);
-      EXPECT_TRUE(within([&] { return in->puts()->tryOffer(dst.data(), dst.size() * 4, reg, false); }));
+      EXPECT_TRUE(within([&] { return in->puts()->tryOffer(dst.data(), dst.size() * 4, reg, Transfer::kChained); }));
       EXPECT_TRUE(within([&] { return out->puts()->tryPut(src.data(), src.size() * 4); }));
       size_t got = 0;
       EXPECT_TRUE(within([&] { return in->puts()->tryPutDone(&got); }));
@@ -472,7 +472,7 @@ TEST(IbPuts, OneRdmaWriteEachAndNothingRegisteredForUserRegisteredBuffers) {
   EXPECT_EQ(after.bytesSent - before.bytesSent, 21u * (4u << 20));
   dstReg->deregister();
   srcReg->deregister();
-  EXPECT_THROW(l.in->puts()->tryOffer(dst.data(), 16, *dstReg, false), Error);
+  EXPECT_THROW(l.in->puts()->tryOffer(dst.data(), 16, *dstReg, Transfer::kChained), Error);
 }
 
 TEST(IbPuts, UnregisteredBuffersRegisterForEachPut) {

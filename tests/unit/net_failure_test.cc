@@ -192,7 +192,7 @@ TEST(NetFailure, AMessageStillReachesTheRankWhenThePutCommReportsTheFailure) {
   };
   std::vector<uint32_t> dst(2, 0);
   Registration reg(dst.data(), dst.size() * 4);
-  EXPECT_FALSE(l.in->puts()->tryOffer(dst.data(), 8, reg, false));  // its irecv reports the failure
+  EXPECT_FALSE(l.in->puts()->tryOffer(dst.data(), 8, reg, Transfer::kChained));  // its irecv reports the failure
   size_t bytes = 0;
   const void* got = l.in->tryData(&bytes);
   ASSERT_NE(got, nullptr) << "the slots' message that landed before the failure was lost";
@@ -207,7 +207,7 @@ TEST(NetFailure, APutThatLandedAsTheNetworkFailedStillReachesTheRank) {
   ASSERT_NE(l.in->puts(), nullptr);
   std::vector<uint32_t> dst(4, 0), src = {1, 2, 3, 4};
   Registration reg(dst.data(), dst.size() * 4);
-  ASSERT_TRUE(l.in->puts()->tryOffer(dst.data(), 8, reg, false));
+  ASSERT_TRUE(l.in->puts()->tryOffer(dst.data(), 8, reg, Transfer::kChained));
   for (int i = 0; i < 100 && !l.out->puts()->tryPut(src.data(), 8); ++i) l.t.progress();
   EXPECT_EQ(dst[1], 2u);  // copied, not complete yet
   // A second offer's irecv takes the first's completion and then the failure.
@@ -215,7 +215,7 @@ TEST(NetFailure, APutThatLandedAsTheNetworkFailedStillReachesTheRank) {
     l.net.land();
     l.net.fail();
   };
-  EXPECT_FALSE(l.in->puts()->tryOffer(dst.data() + 2, 8, reg, false));
+  EXPECT_FALSE(l.in->puts()->tryOffer(dst.data() + 2, 8, reg, Transfer::kChained));
   size_t bytes = 0;
   ASSERT_TRUE(l.in->puts()->tryPutDone(&bytes)) << "the put that landed before the failure was lost";
   EXPECT_EQ(bytes, 8u);

@@ -133,7 +133,7 @@ Outcome readAll(const std::vector<size_t>& sizes, bool help, Behaviour b) {
   for (size_t m = 0; m < sizes.size(); ++m) {
     for (size_t i = 0; i < sizes[m]; ++i) src[i] = pattern(m, i);
     std::fill(dst.begin(), dst.end(), 0);
-    EXPECT_TRUE(out->gets()->tryExpose(src.data(), sizes[m], reg));
+    EXPECT_TRUE(out->gets()->tryExpose(src.data(), sizes[m], reg, Transfer::kIndependent));
     std::thread receiver([&] {
       size_t got = 0;
       while (!in->gets()->tryGet(dst.data(), dst.size(), &got)) std::this_thread::yield();

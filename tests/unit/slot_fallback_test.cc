@@ -81,7 +81,7 @@ std::vector<unsigned char> patterned(size_t bytes, int seed) {
 
 // The receiver's side of one put into `dst` offered as a ring offers (not independent).
 void offer(Fifo& f, std::vector<unsigned char>& dst, const Registration& reg) {
-  ASSERT_TRUE(f.in->puts()->tryOffer(dst.data(), dst.size(), reg, false));
+  ASSERT_TRUE(f.in->puts()->tryOffer(dst.data(), dst.size(), reg, Transfer::kChained));
 }
 
 TEST(SlotFallback, ASmallRingWriteGoesThroughFreeSlotsAtOnce) {
@@ -152,7 +152,7 @@ TEST(SlotFallback, AnOfferCarriesItsRegistrationSoAWriteIntoALargeOneGoesThrough
   auto src = patterned(kWorthBytes + 5, 5);
   std::vector<unsigned char> output(kBulkRegion);
   Registration reg(output.data(), output.size());
-  ASSERT_TRUE(f.in->puts()->tryOffer(output.data() + 100, src.size(), reg, false));
+  ASSERT_TRUE(f.in->puts()->tryOffer(output.data() + 100, src.size(), reg, Transfer::kChained));
   size_t got = 0;
   for (int i = 0; i < 8 && !f.out->puts()->tryPut(src.data(), src.size()); ++i)
     EXPECT_FALSE(f.in->puts()->tryPutDone(&got));
@@ -177,7 +177,7 @@ void completeGet(Fifo& f, const std::vector<unsigned char>& src, std::vector<uns
 
 void exposeAndGet(Fifo& f, std::vector<unsigned char>& src, std::vector<unsigned char>& dst) {
   Registration reg(src.data(), src.size());
-  ASSERT_TRUE(f.out->gets()->tryExpose(src.data(), src.size(), reg));
+  ASSERT_TRUE(f.out->gets()->tryExpose(src.data(), src.size(), reg, Transfer::kIndependent));
   completeGet(f, src, dst);
 }
 
@@ -185,7 +185,7 @@ TEST(SlotFallback, ASmallExposureIsPushedWithoutTheReadersAsk) {
   Fifo f;
   auto src = patterned(kSlotBytes + 100, 4);
   Registration reg(src.data(), src.size());
-  ASSERT_TRUE(f.out->gets()->tryExpose(src.data(), src.size(), reg));
+  ASSERT_TRUE(f.out->gets()->tryExpose(src.data(), src.size(), reg, Transfer::kIndependent));
   EXPECT_TRUE(f.out->gets()->tryGetDone()) << "the sender is done as it exposes: the data are in the slots";
   std::vector<unsigned char> dst(src.size());
   size_t got = 0;
@@ -206,8 +206,9 @@ TEST(SlotFallback, AnExposureBehindAWaitingOneOrFullSlotsWaitsForTheAsk) {
   Fifo f;
   auto large = patterned(kWorthBytes, 6), small = patterned(100, 7);
   Registration lreg(large.data(), large.size()), sreg(small.data(), small.size());
-  ASSERT_TRUE(f.out->gets()->tryExpose(large.data(), large.size(), lreg));
-  ASSERT_TRUE(f.out->gets()->tryExpose(small.data(), small.size(), sreg));  // the large one waits: not pushed
+  ASSERT_TRUE(f.out->gets()->tryExpose(large.data(), large.size(), lreg, Transfer::kIndependent));
+  // The large one waits: not pushed.
+  ASSERT_TRUE(f.out->gets()->tryExpose(small.data(), small.size(), sreg, Transfer::kIndependent));
   std::vector<unsigned char> ldst(large.size()), sdst(small.size());
   size_t got = 0;
   ASSERT_TRUE(f.in->gets()->tryGet(ldst.data(), ldst.size(), &got));
@@ -220,7 +221,7 @@ TEST(SlotFallback, AnExposureBehindAWaitingOneOrFullSlotsWaitsForTheAsk) {
   EXPECT_EQ(sdst, small);
 
   f.fillSlots(kSlots);  // no slot free: not pushed either
-  ASSERT_TRUE(f.out->gets()->tryExpose(small.data(), small.size(), sreg));
+  ASSERT_TRUE(f.out->gets()->tryExpose(small.data(), small.size(), sreg, Transfer::kIndependent));
   EXPECT_FALSE(f.out->gets()->tryGetDone());
   f.drainSlots(kSlots);
   std::fill(sdst.begin(), sdst.end(), 0);
@@ -238,17 +239,19 @@ TEST(SlotFallback, PushedExposuresDoNotOverrunTheEntriesTheReceiverHasNotTaken) 
   std::deque<Registration> regs;  // not copyable, not moved
   for (auto& v : src) regs.emplace_back(v.data(), v.size());
   for (int i = 0; i < kMaxOffers; ++i) {
-    ASSERT_TRUE(f.out->gets()->tryExpose(src[i].data(), src[i].size(), regs[i])) << i;
+    ASSERT_TRUE(f.out->gets()->tryExpose(src[i].data(), src[i].size(), regs[i], Transfer::kIndependent)) << i;
     ASSERT_TRUE(f.out->gets()->tryGetDone()) << i << ": pushed";
   }
-  EXPECT_FALSE(f.out->gets()->tryExpose(src[kMaxOffers].data(), src[kMaxOffers].size(), regs[kMaxOffers]))
+  EXPECT_FALSE(f.out->gets()->tryExpose(src[kMaxOffers].data(), src[kMaxOffers].size(), regs[kMaxOffers],
+                                        Transfer::kIndependent))
       << "every entry holds an exposure the receiver has not taken";
   size_t got = 0;
   for (int next = 0, taken = 0; taken < kMaxOffers + 8; ++taken) {
     ASSERT_TRUE(f.in->gets()->tryGet(dst[taken].data(), dst[taken].size(), &got)) << taken;
     EXPECT_EQ(dst[taken], src[taken]) << taken;
     for (next = std::max(next, kMaxOffers); next < kMaxOffers + 8 && next <= taken + kMaxOffers; ++next) {
-      ASSERT_TRUE(f.out->gets()->tryExpose(src[next].data(), src[next].size(), regs[next])) << next;
+      ASSERT_TRUE(f.out->gets()->tryExpose(src[next].data(), src[next].size(), regs[next], Transfer::kIndependent))
+          << next;
       ASSERT_TRUE(f.out->gets()->tryGetDone()) << next;
     }
   }

@@ -27,11 +27,12 @@ char* slotData(FifoHeader* h, uint64_t index) {
 
 // Fills an offer or exposure with where [p, p + bytes) is: its address, and the
 // segment peers map when it is one (ncclMemAlloc's memory).
-void describe(FifoOffer& o, const void* p, size_t bytes, bool independent, size_t region) {
+void describe(FifoOffer& o, const void* p, size_t bytes, Transfer kind, size_t region) {
   o.addr = reinterpret_cast<uintptr_t>(p);
   o.bytes = bytes;
   o.written = 0;
-  o.independent = independent;
+  o.independent = kind != Transfer::kChained;
+  o.balanced = kind == Transfer::kBalanced;
   o.region = region;
   SharedBufferRef ref;
   bool mapped = findShared(p, bytes, &ref) && ref.segment.size() < sizeof(o.segment);
@@ -72,13 +73,14 @@ class FifoSender final : public SendConnection, public PutSender, public GetSend
   PutSender* puts() override { return writer_ ? this : nullptr; }
   GetSender* gets() override { return writer_ ? this : nullptr; }
 
-  bool tryExpose(const void* src, size_t bytes, const Registration& reg) override {
+  bool tryExpose(const void* src, size_t bytes, const Registration& reg, Transfer kind) override {
     checkRegistration(src, bytes, reg);
     // Entries the receiver has not taken yet stay: pushed ones are complete here first.
     if (exposed_ - getsCompleted_ >= kMaxOffers || exposed_ - h_->getsDone.load(std::memory_order_acquire) >= kMaxOffers)
       return false;
     FifoOffer& o = h_->sources[exposed_ % kMaxOffers];
-    describe(o, src, bytes, true, 0);  // read by point-to-point receives only
+    STRATA_REQUIRE(kind != Transfer::kChained, ncclInternalError, "a read is point-to-point, never a ring's step");
+    describe(o, src, bytes, kind, reg.bytes());
     // One the receiver would ask for through the slots (not worth a read) goes now,
     // without the ask's round trip, where nothing exposed before it is still waiting
     // (its chunks would come first) and all of it fits in the slots free now.
@@ -275,10 +277,10 @@ class FifoReceiver final : public RecvConnection, public PutReceiver, public Get
     return true;
   }
 
-  bool tryOffer(void* dst, size_t bytes, const Registration& reg, bool independent) override {
+  bool tryOffer(void* dst, size_t bytes, const Registration& reg, Transfer kind) override {
     checkRegistration(dst, bytes, reg);
     if (posted_ - completed_ >= kMaxOffers) return false;
-    describe(h_->offers[posted_ % kMaxOffers], dst, bytes, independent, reg.bytes());
+    describe(h_->offers[posted_ % kMaxOffers], dst, bytes, kind, reg.bytes());
     pending_.push_back({static_cast<char*>(dst), bytes});
     h_->offersPosted.store(++posted_, std::memory_order_release);
     bell_->ring();
@@ -328,7 +330,7 @@ class FifoReceiver final : public RecvConnection, public PutReceiver, public Get
     SharedRead& s = h_->share;
     uint64_t gen = ChunkClaims::generation(gets_);
     size_t n = ChunkClaims::chunks(from.bytes);
-    describe(s.to, dst, from.bytes, false, 0);
+    describe(s.to, dst, from.bytes, Transfer::kIndependent, 0);  // written only by helpRead, never judged
     s.helped.store(0, std::memory_order_relaxed);
     s.handedBack.store(0, std::memory_order_relaxed);
     s.claims.open(gen);  // no ring: a sender awake finds it at its next idle sweep; one asleep stays so

@@ -25,7 +25,8 @@ struct FifoOffer {
   uint64_t written;  // set by the sender before it counts the put done
   uint64_t independent;  // nothing the other end sends depends on this transfer completing (PutReceiver::tryOffer):
                          // it may go through the slots, which needs the receiver to drain them meanwhile
-  uint64_t region;  // an offer's registration, the whole transfer it is a piece of (0 for exposures)
+  uint64_t balanced;     // part of an exchange where every rank sends as much as it receives (Transfer::kBalanced)
+  uint64_t region;       // the registration the transfer's memory lies in: the whole transfer it is a piece of
   char segment[48];  // "" when not mapped
 };
 

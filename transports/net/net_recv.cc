@@ -31,7 +31,8 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
   // it once. Independent offers wait to be posted together (up to the network's
   // maxRecvs in one grouped receive) until the rank asks for the oldest's
   // completion, or a sweep comes; any other offer is posted at once, alone.
-  bool tryOffer(void* dst, size_t bytes, const Registration& reg, bool independent) override {
+  bool tryOffer(void* dst, size_t bytes, const Registration& reg, Transfer kind) override {
+    bool independent = kind != Transfer::kChained;
     STRATA_REQUIRE(reg.live() && reg.covers(dst, bytes), ncclInvalidUsage,
                    "net transport: rank %d offered %zu bytes at %p outside a live registration", self_, bytes, dst);
     std::lock_guard<std::mutex> lock(mu_);

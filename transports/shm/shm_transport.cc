@@ -123,16 +123,19 @@ class CmaPeer final : public PeerMemory {
 }  // namespace
 
 // A segment both map: always (a plain copy). Else Cross Memory Attach from 128 KiB,
-// but not a ring's write (an offer that is not independent) into an output of the
-// last-level cache or more (32 MiB on the VM; Config::bulkBytes): from memory to
-// memory the kernel's page-by-page copy runs at 0.4-0.6x memcpy's rate, and the two
-// copies through the slots, into slots the caches hold and out of them, took
-// 0.8-0.9x its time. Point-to-point keeps it: a gather's root would make every
-// second copy itself (0.66-0.78x at 128 MiB through the slots; docs/perf.md,
-// "Large ring writes through the slots").
+// except where both ends copy anyway and the transfer's registration has
+// Config::bulkBytes (256 KiB) or more: a ring's write (an offer that is not
+// independent; its output) and a balanced read (DirectRead's input, all-gather's or a
+// 2-rank broadcast's) go through the slots. The kernel's page-by-page copy runs at
+// 0.33-0.5x memcpy's rate, in the caches or not, and two copies through the slots,
+// one on each side at once, took 0.5-0.8x its time (docs/perf.md, "Exchanges through
+// the slots from 256 KiB"). Other point-to-point transfers keep it: a gather's root
+// would make every second copy itself (0.66-0.78x at 128 MiB through the slots;
+// docs/perf.md, "Large ring writes through the slots").
 bool directWorthIt(const FifoOffer& o, size_t bytes, size_t bulkBytes) {
   if (o.segment[0] || bytes == 0) return true;
-  return bytes >= kCmaWorthBytes && (o.independent || o.region < bulkBytes);
+  bool bothCopy = !o.independent || o.balanced;
+  return bytes >= kCmaWorthBytes && !(bothCopy && o.region >= bulkBytes);
 }
 
 SharedRegion ShmTransport::createRegion(const ConnectRequest& req, size_t bytes, std::string* handle) {
