@@ -72,9 +72,10 @@ class Registration {
 enum class Transfer {
   kChained,      // a ring's step: what the peer sends next may wait on it
   kIndependent,  // point-to-point: nothing the peer sends depends on it
-  kBalanced,     // point-to-point in an exchange where every rank sends as much as it
-                 // receives at once (DirectRead's all-gather): both ends copy anyway, so
-                 // a second copy through the slots takes no core that would be idle
+  kBalanced,     // point-to-point where both ends would copy anyway: every rank sends as
+                 // much as it receives at once (DirectRead's all-gather), or a root serves
+                 // one reader (a 2-rank broadcast); a second copy through the slots then
+                 // takes no core that would be idle
 };
 
 // The receiver's side of one-sided writes.

@@ -18,7 +18,7 @@
 namespace strata::algorithms::direct_read {
 namespace {
 
-constexpr size_t kPreferredBelowBytes = 32 << 20;
+constexpr size_t kPreferredBelowBytes = size_t{32} << 20;
 
 class DirectRead final : public Algorithm {
  public:
@@ -59,8 +59,9 @@ class DirectRead final : public Algorithm {
     size_t bytes = op.count * device::dtypeSize(op.type);
     const char* src = static_cast<const char*>(op.sendbuff);
     char* dst = static_cast<char*>(op.recvbuff);
-    // All-gather, and a broadcast of two ranks, are balanced: each rank reads as much
-    // as it serves, so reads out of private memory may go through the slots.
+    // Balanced, so reads out of private memory may go through the slots: all-gather
+    // (each rank reads as much as it serves) and a broadcast of two ranks (the root
+    // serves one reader, so its copy into the slots costs what its reader's costs).
     const pairwise::P2pShape shape{.fanOut = true,
                                    .balanced = op.coll == Collective::kAllGather || l.nranks == 2};
     if (op.coll == Collective::kAllGather) {  // bytes: one rank's piece; in place, its own is there already

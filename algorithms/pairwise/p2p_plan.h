@@ -11,7 +11,7 @@ namespace strata::algorithms::pairwise {
 // How a transfer sits in its collective. Both ends of a transfer pass the same.
 struct P2pShape {
   bool fanOut = false;    // one rank serves several at once, who then copy in parallel
-  bool balanced = false;  // every rank sends as much as it receives at once (transport::Transfer::kBalanced)
+  bool balanced = false;  // both ends would copy anyway (transport::Transfer::kBalanced)
 };
 
 // A large transfer moves once where the link allows: one one-sided write, or, with

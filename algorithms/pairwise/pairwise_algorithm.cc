@@ -84,7 +84,7 @@ void planAllToAll(PlanContext& ctx, const char* fn, const char* src, char* dst, 
   for (int j = 0; j < n; ++j) {
     if (j == r) continue;
     // Not marked balanced: its one-sided writes through the slots wait for the
-    // receiver's offer first, and took 0.85-0.97x CMA's time at 2 ranks, 512 KiB-2 MiB
+    // receiver's offer first, and took 1.03-1.18x CMA's time at 2 ranks, 512 KiB-2 MiB
     // (docs/perf.md, "Exchanges through the slots from 256 KiB").
     addSend(ctx, fn, src + j * piece, piece, j);
     addRecv(ctx, fn, dst + j * piece, piece, j);

@@ -39,9 +39,9 @@ struct Config {
   size_t cmaBulkBytes = 0;                  // STRATA_CMA_BULK_BYTES: a ring's writes into private memory of another
                                             //   process whose registration (its output, or a larger buffer
                                             //   registered around it) has this many bytes go through the
-                                            //   slots, not by CMA, and so do the transfers of balanced
-                                            //   exchanges (DirectRead's all-gather, a 2-rank broadcast)
-                                            //   from buffers this large (0 or unset: 256 KiB)
+                                            //   slots, not by CMA, and so do balanced reads (DirectRead's
+                                            //   all-gather, a 2-rank broadcast) out of registrations this
+                                            //   large (0 or unset: 256 KiB)
   size_t putBytes = 16 << 10;               // STRATA_PUT_BYTES: operations of this size and more move data with
                                             //   one-sided writes (one copy) where the links allow; 0 never
   bool putBytesSet = false;                 //   given (else a host with more ranks than cores starts at
@@ -92,10 +92,10 @@ struct Config {
 
   // Parses from a lookup (getenv in production, a map in tests).
   static Config parse(const std::function<const char*(const char*)>& lookup);
-  // STRATA_CMA_BULK_BYTES, else 256 KiB: from there a ring's write, or an all-gather's
-  // or DirectRead's balanced read, by CMA took up to 2x the time of two copies through the
-  // slots, in the caches or not (docs/perf.md, "Exchanges through the slots from 256
-  // KiB"). A constant, so every rank agrees.
+  // STRATA_CMA_BULK_BYTES, else 256 KiB: from there a ring's write or a balanced read
+  // by CMA took up to 2x the time of two copies through the slots, in the caches or
+  // not (docs/perf.md, "Exchanges through the slots from 256 KiB"). A constant, so
+  // every rank agrees.
   size_t bulkBytes() const { return cmaBulkBytes ? cmaBulkBytes : size_t{256} << 10; }
 };
 

@@ -1,7 +1,7 @@
 // One-sided transfers that the transport would rather not make (PeerMemory::worthIt
 // false: a Cross Memory Attach call into private memory costs more than two copies
-// below 128 KiB, or into a region larger than the last-level cache) go through the
-// slots. A ring's write (an offer that is not independent) does where it is no
+// below 128 KiB, or, where both ends copy anyway, a ring's write or a balanced read,
+// in a registration of 256 KiB or more) go through the slots. A ring's write (an offer that is not independent) does where it is no
 // larger than all the slots, waiting for them where they are full; an exposure is
 // pushed as it is exposed, with no ask from the reader, where all of it fits in the
 // slots free at that moment and nothing exposed before it is still waiting. Every
@@ -23,7 +23,7 @@ namespace {
 constexpr size_t kSlotBytes = 16 << 10;
 constexpr int kSlots = 4;
 constexpr size_t kWorthBytes = 32 << 10;  // this test's "CMA": worth it from here
-constexpr size_t kBulkRegion = 1 << 20;   // and into registrations smaller than this
+constexpr size_t kBulkRegion = 1 << 20;   // and, where both ends copy, in registrations smaller than this
 
 class Memory final : public PeerMemory {
  public:
@@ -38,8 +38,9 @@ class Memory final : public PeerMemory {
     memcpy(dst, reinterpret_cast<const char*>(from.addr) + offset, bytes);
     return true;
   }
-  bool worthIt(const FifoOffer& o, size_t bytes) const override {
-    return o.segment[0] || bytes == 0 || (bytes >= kWorthBytes && o.region < kBulkRegion);
+  bool worthIt(const FifoOffer& o, size_t bytes) const override {  // shm's rule (directWorthIt), scaled
+    bool bothCopy = !o.independent || o.balanced;
+    return o.segment[0] || bytes == 0 || (bytes >= kWorthBytes && !(bothCopy && o.region >= kBulkRegion));
   }
 
  private:
@@ -145,8 +146,8 @@ TEST(SlotFallback, ALargeRingWriteIsWritten) {
 }
 
 // The offer carries the registration it lies in (the whole output of a ring), so
-// the transport may choose by it: this test's memory would rather not write into
-// regions from 1 MiB (the shm transport's rule from the last-level cache's size).
+// the transport may choose by it: this test's memory would rather not write a ring's
+// step into regions from 1 MiB (the shm transport's rule, from 256 KiB).
 TEST(SlotFallback, AnOfferCarriesItsRegistrationSoAWriteIntoALargeOneGoesThroughTheSlots) {
   Fifo f;
   auto src = patterned(kWorthBytes + 5, 5);
@@ -179,6 +180,24 @@ void exposeAndGet(Fifo& f, std::vector<unsigned char>& src, std::vector<unsigned
   Registration reg(src.data(), src.size());
   ASSERT_TRUE(f.out->gets()->tryExpose(src.data(), src.size(), reg, Transfer::kIndependent));
   completeGet(f, src, dst);
+}
+
+// What a read belongs to travels with its exposure: a balanced one (DirectRead's
+// all-gather) out of a large registration goes through the slots, larger than all of
+// them, on the reader's ask; the same exposure independent (a scatter's) is read.
+TEST(SlotFallback, ABalancedExposureOfALargeRegistrationGoesThroughTheSlots) {
+  Fifo f;
+  auto buffer = patterned(kBulkRegion, 6);
+  Registration reg(buffer.data(), buffer.size());
+  std::vector<unsigned char> src(buffer.begin(), buffer.begin() + 7 * kSlotBytes + 3);  // more than all slots
+  ASSERT_TRUE(f.out->gets()->tryExpose(buffer.data(), src.size(), reg, Transfer::kBalanced));
+  std::vector<unsigned char> dst(src.size());
+  completeGet(f, src, dst);
+  EXPECT_EQ(f.reads, 0) << "read through the slots, not by the peer-memory read";
+  ASSERT_TRUE(f.out->gets()->tryExpose(buffer.data(), src.size(), reg, Transfer::kIndependent));
+  std::vector<unsigned char> again(src.size());
+  completeGet(f, src, again);
+  EXPECT_EQ(f.reads, 1) << "an independent exposure of the same memory is read";
 }
 
 TEST(SlotFallback, ASmallExposureIsPushedWithoutTheReadersAsk) {

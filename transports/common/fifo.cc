@@ -74,12 +74,12 @@ class FifoSender final : public SendConnection, public PutSender, public GetSend
   GetSender* gets() override { return writer_ ? this : nullptr; }
 
   bool tryExpose(const void* src, size_t bytes, const Registration& reg, Transfer kind) override {
+    STRATA_REQUIRE(kind != Transfer::kChained, ncclInternalError, "a read is point-to-point, never a ring's step");
     checkRegistration(src, bytes, reg);
     // Entries the receiver has not taken yet stay: pushed ones are complete here first.
     if (exposed_ - getsCompleted_ >= kMaxOffers || exposed_ - h_->getsDone.load(std::memory_order_acquire) >= kMaxOffers)
       return false;
     FifoOffer& o = h_->sources[exposed_ % kMaxOffers];
-    STRATA_REQUIRE(kind != Transfer::kChained, ncclInternalError, "a read is point-to-point, never a ring's step");
     describe(o, src, bytes, kind, reg.bytes());
     // One the receiver would ask for through the slots (not worth a read) goes now,
     // without the ask's round trip, where nothing exposed before it is still waiting
