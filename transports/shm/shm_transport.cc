@@ -129,8 +129,8 @@ class CmaPeer final : public PeerMemory {
 // 2-rank broadcast's) go through the slots. The kernel's page-by-page copy runs at
 // 0.31-0.52x memcpy's rate, in the caches or not; with two copies through the slots,
 // one on each side at once, an all-reduce took 0.54-0.96x its time at 256 KiB-16 MiB,
-// DirectRead's all-gather 0.5-0.75x from 4-8 MiB and 0.9-1.05x below (docs/perf.md,
-// "Exchanges through the slots from 256 KiB"). Other point-to-point transfers keep it: a gather's root
+// DirectRead's all-gather 0.5-0.75x from 4 MiB (4 ranks) or 8 MiB (2 ranks) and
+// 0.87-1.05x below (docs/perf.md, "Exchanges through the slots from 256 KiB"). Other point-to-point transfers keep it: a gather's root
 // would make every second copy itself (0.66-0.78x at 128 MiB through the slots;
 // docs/perf.md, "Large ring writes through the slots").
 bool directWorthIt(const FifoOffer& o, size_t bytes, size_t bulkBytes) {
