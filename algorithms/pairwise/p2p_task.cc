@@ -77,10 +77,7 @@ class P2pTask final : public Task {
     return true;
   }
   bool receivesPut() const { return a_.recv && a_.mode == P2pTaskArgs::Mode::kPut; }
-  transport::Transfer kind() const {
-    return a_.balanced ? transport::Transfer::kBalanced : transport::Transfer::kIndependent;
-  }
-  bool offer() { return offered_ = a_.recv->puts()->tryOffer(a_.buffer, a_.bytes, *a_.reg, kind()); }
+  bool offer() { return offered_ = a_.recv->puts()->tryOffer(a_.buffer, a_.bytes, *a_.reg, a_.kind); }
   // Offered in one call, completed in a later one: the receives behind it in the
   // lane offer in between (overlaps), and may be posted with it.
   bool receivePut() {
@@ -93,7 +90,7 @@ class P2pTask final : public Task {
 
   bool exposes() const { return a_.send && a_.mode == P2pTaskArgs::Mode::kGet; }
   bool expose() {
-    if (!a_.send->gets()->tryExpose(a_.buffer, a_.bytes, *a_.reg, kind())) return false;
+    if (!a_.send->gets()->tryExpose(a_.buffer, a_.bytes, *a_.reg, a_.kind)) return false;
     offset_ = a_.bytes;
     return offered_ = true;
   }

@@ -20,7 +20,7 @@ struct P2pTaskArgs {
   // memory is reached registers it in `reg`).
   enum class Mode { kSlots, kPut, kGet } mode = Mode::kSlots;
   std::shared_ptr<transport::Registration> reg = nullptr;
-  bool balanced = false;  // part of an exchange where every rank sends as much as it receives (transport::Transfer)
+  transport::Transfer kind = transport::Transfer::kIndependent;  // or kBalanced: both ends would copy anyway
 };
 std::unique_ptr<Task> makeP2pTask(const P2pTaskArgs& args);
 

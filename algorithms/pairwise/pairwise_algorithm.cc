@@ -30,6 +30,14 @@ P2pTaskArgs::Mode modeFor(PlanContext& ctx, int peer, size_t bytes, bool fanOut)
   return caps & transport::kPut ? P2pTaskArgs::Mode::kPut : P2pTaskArgs::Mode::kSlots;
 }
 
+// The task's arguments both ends build alike from the count, the link and the shape.
+P2pTaskArgs argsFor(PlanContext& ctx, const char* fn, char* buf, size_t bytes, int peer, P2pShape shape) {
+  P2pTaskArgs a{fn, ctx.layout().rank, peer, buf, bytes, nullptr, nullptr};
+  a.mode = modeFor(ctx, peer, bytes, shape.fanOut);
+  a.kind = shape.balanced ? transport::Transfer::kBalanced : transport::Transfer::kIndependent;
+  return a;
+}
+
 }  // namespace
 
 void addSend(PlanContext& ctx, const char* fn, const char* buf, size_t bytes, int peer, P2pShape shape) {
@@ -37,9 +45,7 @@ void addSend(PlanContext& ctx, const char* fn, const char* buf, size_t bytes, in
   if (peer == l.rank) return ctx.selfSend(fn, buf, bytes);
   LinkKey k{peer, linkId("p2p")};
   ctx.needSend(k);
-  P2pTaskArgs a{fn, l.rank, peer, const_cast<char*>(buf), bytes, nullptr, nullptr};
-  a.mode = modeFor(ctx, peer, bytes, shape.fanOut);
-  a.balanced = shape.balanced;
+  P2pTaskArgs a = argsFor(ctx, fn, const_cast<char*>(buf), bytes, peer, shape);
   ctx.addTask({linkId("p2p.send"), peer}, [a, k](Links& ln) mutable {
     a.send = &ln.send(k);
     if (a.mode == P2pTaskArgs::Mode::kGet) a.reg = ln.registration(k, a.buffer, a.bytes);
@@ -52,9 +58,7 @@ void addRecv(PlanContext& ctx, const char* fn, char* buf, size_t bytes, int peer
   if (peer == l.rank) return ctx.selfRecv(fn, buf, bytes);
   LinkKey k{peer, linkId("p2p")};
   ctx.needRecv(k);
-  P2pTaskArgs a{fn, l.rank, peer, buf, bytes, nullptr, nullptr};
-  a.mode = modeFor(ctx, peer, bytes, shape.fanOut);
-  a.balanced = shape.balanced;
+  P2pTaskArgs a = argsFor(ctx, fn, buf, bytes, peer, shape);
   ctx.addTask({linkId("p2p.recv"), peer}, [a, k](Links& ln) mutable {
     a.recv = &ln.recv(k);
     if (a.mode == P2pTaskArgs::Mode::kPut) a.reg = ln.registration(k, a.buffer, a.bytes);

@@ -15,8 +15,7 @@ constexpr size_t kBulk = 256 << 10;
 FifoOffer offer(size_t region, bool independent, const char* segment = "", bool balanced = false) {
   FifoOffer o{};
   o.region = region;
-  o.independent = independent;
-  o.balanced = balanced;
+  o.kind = balanced ? Transfer::kBalanced : independent ? Transfer::kIndependent : Transfer::kChained;
   strncpy(o.segment, segment, sizeof(o.segment) - 1);
   return o;
 }

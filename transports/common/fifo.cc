@@ -31,8 +31,7 @@ void describe(FifoOffer& o, const void* p, size_t bytes, Transfer kind, size_t r
   o.addr = reinterpret_cast<uintptr_t>(p);
   o.bytes = bytes;
   o.written = 0;
-  o.independent = kind != Transfer::kChained;
-  o.balanced = kind == Transfer::kBalanced;
+  o.kind = kind;
   o.region = region;
   SharedBufferRef ref;
   bool mapped = findShared(p, bytes, &ref) && ref.segment.size() < sizeof(o.segment);
@@ -135,7 +134,7 @@ class FifoSender final : public SendConnection, public PutSender, public GetSend
     // either the receiver drains the slots while it waits (an independent offer) or
     // the put is no larger than all the slots (a ring's: ringCanWait() says why that
     // cannot deadlock). The same answer when called again to finish it.
-    bool slots = throughSlots_ || (!writer_->worthIt(o, bytes) && (o.independent || ringCanWait(bytes)));
+    bool slots = throughSlots_ || (!writer_->worthIt(o, bytes) && (o.independent() || ringCanWait(bytes)));
     if (!slots && !writer_->write(o, 0, src, bytes)) slots = throughSlots_ = true;
     // Marked before the first chunk goes: once the last is taken the receiver may
     // finish this offer and reuse its entry.
@@ -257,7 +256,8 @@ class FifoReceiver final : public RecvConnection, public PutReceiver, public Get
                      static_cast<unsigned long long>(from.bytes), bytes);
       if (from.written & kPutThroughSlots) {  // the sender sent it through the slots as it exposed it
         slotGet_ = true;
-      } else if (from.independent && !reader_->worthIt(from, from.bytes)) {  // through the slots: the sender copies it in
+      } else if (from.independent() && !reader_->worthIt(from, from.bytes)) {
+        // Through the slots: the sender copies it in.
         slotGet_ = true;
         h_->slotExposures.store(gets_ + 1, std::memory_order_release);
         bell_->ring();

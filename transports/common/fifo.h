@@ -23,11 +23,13 @@ struct FifoOffer {
   uint64_t bytes;
   uint64_t segmentOffset;
   uint64_t written;  // set by the sender before it counts the put done
-  uint64_t independent;  // nothing the other end sends depends on this transfer completing (PutReceiver::tryOffer):
-                         // it may go through the slots, which needs the receiver to drain them meanwhile
-  uint64_t balanced;     // part of an exchange where every rank sends as much as it receives (Transfer::kBalanced)
-  uint64_t region;       // the registration the transfer's memory lies in: the whole transfer it is a piece of
+  Transfer kind;     // what the transfer belongs to (PutReceiver::tryOffer, GetSender::tryExpose)
+  uint64_t region;   // the registration the transfer's memory lies in: the whole transfer it is a piece of
   char segment[48];  // "" when not mapped
+
+  // Nothing the other end sends depends on this transfer completing: it may go
+  // through the slots, which needs the receiver to drain them meanwhile.
+  bool independent() const { return kind != Transfer::kChained; }
 };
 
 // A large read that both ends copy (ChunkClaims): the receiver reads chunks from

@@ -124,18 +124,18 @@ class CmaPeer final : public PeerMemory {
 
 // A segment both map: always (a plain copy). Else Cross Memory Attach from 128 KiB,
 // except where both ends copy anyway and the transfer's registration has
-// Config::bulkBytes (256 KiB) or more: a ring's write (an offer that is not
-// independent; its output) and a balanced read (DirectRead's input, all-gather's or a
-// 2-rank broadcast's) go through the slots. The kernel's page-by-page copy runs at
-// 0.31-0.52x memcpy's rate, in the caches or not; with two copies through the slots,
-// one on each side at once, an all-reduce took 0.54-0.96x its time at 256 KiB-16 MiB,
-// DirectRead's all-gather 0.5-0.75x from 4 MiB (4 ranks) or 8 MiB (2 ranks) and
-// 0.87-1.05x below (docs/perf.md, "Exchanges through the slots from 256 KiB"). Other point-to-point transfers keep it: a gather's root
+// Config::bulkBytes (256 KiB) or more: a ring's write (its output) and a balanced read
+// (DirectRead's input, all-gather's or a 2-rank broadcast's) go through the slots.
+// The kernel's page-by-page copy runs at 0.31-0.52x memcpy's rate, in the caches or
+// not; with two copies through the slots, one on each side at once, an all-reduce took
+// 0.54-0.96x its time at 256 KiB-16 MiB, DirectRead's all-gather 0.5-0.75x from 4 MiB
+// (4 ranks) or 8 MiB (2 ranks) and 0.87-1.05x below (docs/perf.md, "Exchanges through
+// the slots from 256 KiB"). Other point-to-point transfers keep it: a gather's root
 // would make every second copy itself (0.66-0.78x at 128 MiB through the slots;
 // docs/perf.md, "Large ring writes through the slots").
 bool directWorthIt(const FifoOffer& o, size_t bytes, size_t bulkBytes) {
   if (o.segment[0] || bytes == 0) return true;
-  bool bothCopy = !o.independent || o.balanced;
+  bool bothCopy = o.kind != Transfer::kIndependent;  // a ring's write, a balanced read
   return bytes >= kCmaWorthBytes && !(bothCopy && o.region >= bulkBytes);
 }
 
