@@ -3,10 +3,11 @@
 
 Runs each perf tool under mpirun twice per repetition, once through Strata and once with
 --backend mpi (Open MPI's collectives, with its best settings on this machine), for 2 and 4
-local ranks, and prints per size the median busbw of each, their ratio, and a memory-bandwidth
-bound from perf/membw_probe measured in the same run on buffers of that size (docs/perf.md
-derives it). Strata's buffers are private host memory, as MPI's are (--strata-memory
-ncclmemalloc: ncclMemAlloc's shared segments instead).
+local ranks, and prints per size the median busbw of each, their ratio, the lowest and highest
+ratio of one repetition's pair of runs, and a memory-bandwidth bound from perf/membw_probe
+measured in the same run on buffers of that size (docs/perf.md derives it). Strata's buffers
+are private host memory, as MPI's are (--strata-memory ncclmemalloc: ncclMemAlloc's shared
+segments instead).
 
 usage: perf/compare.py [--build build] [--reps 5] [--ranks 2,4] [--colls all_reduce,...] [-b 8] [-e 128M] [-f 8]
 """
@@ -119,6 +120,13 @@ def sweeps(args):
     return out
 
 
+def rep_range(s_runs, m_runs):
+    """The lowest and highest ratio of one repetition's pair of runs (they ran back to back):
+    how far a cell's median moves with the machine (docs/perf.md)."""
+    r = [m[0] / s[0] for s, m in zip(s_runs, m_runs) if s[0] > 0]
+    return f"{min(r):.2f}-{max(r):.2f}" if len(r) == len(s_runs) and r else "-"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
@@ -164,7 +172,7 @@ def main():
             print(f"\n## {coll}, {n} ranks (bound from 1 MiB: the memory system alone, docs/perf.md; %cma: of "
                   f"the bound with peers' bytes moved at process_vm_readv's rate)")
             print(f"{'size':>12} {'strata':>9} {'openmpi':>9} {'ratio':>7} {'bound':>7} {'%bound':>7} {'%cma':>6} "
-                  f"{'strata us':>10} {'mpi us':>10}")
+                  f"{'strata us':>10} {'mpi us':>10} {'per-rep ratio':>13}")
             s_rows, m_rows = res[(n, coll, "strata")], res[(n, coll, "mpi")]
             for size in sorted(s_rows):
                 if size == 0:
@@ -180,7 +188,7 @@ def main():
                 c = cma_bound(coll, n, cores, med[size][0], med[size][2]) if size in med else None
                 cshare = f"{100 * s_bw / c:>5.0f}%" if c else f"{'-':>6}"
                 print(f"{size:>12} {s_bw:>9.2f} {m_bw:>9.2f} {ratio:>7.2f} {b:>7.2f} {share} {cshare} {s_us:>10.2f} "
-                      f"{m_us:>10.2f}")
+                      f"{m_us:>10.2f} {rep_range(s_rows[size], m_rows.get(size, [])):>13}")
 
 
 if __name__ == "__main__":

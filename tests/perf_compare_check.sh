@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # perf/compare.py end to end on one size: every row must carry both sides' rates, the
-# ratio, the memory bound and the CMA bound (the probe's process_vm_readv rate > 0).
+# ratio, the memory bound, the CMA bound (the probe's process_vm_readv rate > 0) and the
+# range of the repetitions' ratios.
 # Usage: perf_compare_check.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
 src=$1 build=$2
@@ -12,7 +13,7 @@ out=$(timeout 600 python3 "$src/perf/compare.py" --build "$build" --reps 1 --ran
 rc=$?
 echo "$out" | tail -n 12
 [ $rc -eq 0 ] || { echo "perf_compare_check: compare.py exited $rc"; exit 1; }
-row='^ +1048576( +[0-9]+\.[0-9]+){4} +[0-9]+% +[0-9]+% +[0-9.]+ +[0-9.]+$'
+row='^ +1048576( +[0-9]+\.[0-9]+){4} +[0-9]+% +[0-9]+% +[0-9.]+ +[0-9.]+ +[0-9]+\.[0-9]{2}-[0-9]+\.[0-9]{2}$'
 rows=$(grep -Ec "$row" <<< "$out")
 [ "$rows" -eq 2 ] || { echo "perf_compare_check: $rows complete rows of 2"; exit 1; }
 echo "perf_compare_check: 2 complete rows"
