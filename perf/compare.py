@@ -121,10 +121,13 @@ def sweeps(args):
 
 
 def rep_range(s_runs, m_runs):
-    """The lowest and highest ratio of one repetition's pair of runs (they ran back to back):
-    how far a cell's median moves with the machine (docs/perf.md)."""
-    r = [m[0] / s[0] for s, m in zip(s_runs, m_runs) if s[0] > 0]
-    return f"{min(r):.2f}-{max(r):.2f}" if len(r) == len(s_runs) and r else "-"
+    """The lowest and highest ratio of one repetition's pair of runs (one after the other in
+    that repetition): how far a cell's median moves with the machine (docs/perf.md). "-"
+    unless both sides have a positive time in every repetition, so no pair is mismatched."""
+    if not s_runs or len(s_runs) != len(m_runs) or any(x[0] <= 0 for x in s_runs + m_runs):
+        return "-"
+    r = [m[0] / s[0] for s, m in zip(s_runs, m_runs)]
+    return f"{min(r):.2f}-{max(r):.2f}"
 
 
 def main():
