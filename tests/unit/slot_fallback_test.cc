@@ -39,8 +39,7 @@ class Memory final : public PeerMemory {
     return true;
   }
   bool worthIt(const FifoOffer& o, size_t bytes) const override {  // shm's rule (directWorthIt), scaled
-    bool bothCopy = o.kind != Transfer::kIndependent;
-    return o.segment[0] || bytes == 0 || (bytes >= kWorthBytes && !(bothCopy && o.region >= kBulkRegion));
+    return o.segment[0] || bytes == 0 || (bytes >= kWorthBytes && !(o.bothCopy() && o.region >= kBulkRegion));
   }
 
  private:

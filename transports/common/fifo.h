@@ -30,6 +30,9 @@ struct FifoOffer {
   // Nothing the other end sends depends on this transfer completing: it may go
   // through the slots, which needs the receiver to drain them meanwhile.
   bool independent() const { return kind != Transfer::kChained; }
+  // Both ends copy anyway (a ring's write, a balanced read): a second copy through the
+  // slots takes no core that would be idle.
+  bool bothCopy() const { return kind != Transfer::kIndependent; }
 };
 
 // A large read that both ends copy (ChunkClaims): the receiver reads chunks from

@@ -135,8 +135,7 @@ class CmaPeer final : public PeerMemory {
 // docs/perf.md, "Large ring writes through the slots").
 bool directWorthIt(const FifoOffer& o, size_t bytes, size_t bulkBytes) {
   if (o.segment[0] || bytes == 0) return true;
-  bool bothCopy = o.kind != Transfer::kIndependent;  // a ring's write, a balanced read
-  return bytes >= kCmaWorthBytes && !(bothCopy && o.region >= bulkBytes);
+  return bytes >= kCmaWorthBytes && !(o.bothCopy() && o.region >= bulkBytes);
 }
 
 SharedRegion ShmTransport::createRegion(const ConnectRequest& req, size_t bytes, std::string* handle) {
