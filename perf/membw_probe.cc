@@ -9,6 +9,12 @@
 // THREADS processes at once (threads of one process would share its address space's
 // locks, which ranks do not), each on its own memory; 0 where the kernel refuses it.
 //
+// Also what the first touch of memory costs, once, on one buffer of the size: the
+// first and the second write (memset) of pages mmap populated, and the first and the
+// second process_vm_readv out of pages another process wrote, into pages written
+// here, in ms per MiB. On the test VM both firsts cost 10-20x the seconds
+// (docs/perf.md, "Warm-up on new memory").
+//
 // usage: membw_probe [MiB] [THREADS]
 #include <algorithm>
 #include <chrono>
@@ -18,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -117,6 +124,57 @@ double cmaRate(size_t n, int procs) {
   return sum / procs;
 }
 
+double msPerMiB(std::chrono::steady_clock::time_point t0, size_t bytes) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() * (1 << 20) / bytes;
+}
+
+char* populated(size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  return p == MAP_FAILED ? nullptr : static_cast<char*>(p);
+}
+
+// The first and second memset of a buffer mmap populated: ms per MiB each.
+bool firstWrite(size_t bytes, double out[2]) {
+  char* p = populated(bytes);
+  if (!p) return false;
+  for (int i = 0; i < 2; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    memset(p, i + 1, bytes);
+    out[i] = msPerMiB(t0, bytes);
+  }
+  munmap(p, bytes);
+  return true;
+}
+
+// The first and second process_vm_readv of a buffer a child wrote, into a buffer
+// written here: ms per MiB each; false where the kernel refuses it.
+bool firstRead(size_t bytes, double out[2]) {
+  int addr[2], done[2];
+  if (pipe(addr) != 0 || pipe(done) != 0) return false;
+  pid_t pid = fork();
+  if (pid == 0) {
+    char* p = populated(bytes);
+    if (p) memset(p, 7, bytes);
+    char c;
+    _exit(write(addr[1], &p, sizeof p) == sizeof p && read(done[0], &c, 1) >= 0 ? 0 : 1);
+  }
+  char* remote = nullptr;
+  bool ok = read(addr[0], &remote, sizeof remote) == sizeof remote && remote;
+  char* local = ok ? populated(bytes) : nullptr;
+  if (local) memset(local, 1, bytes);
+  for (int i = 0; local && i < 2; ++i) {
+    iovec l{local, bytes}, r{remote, bytes};
+    auto t0 = std::chrono::steady_clock::now();
+    ok = ok && process_vm_readv(pid, &l, 1, &r, 1, 0) == static_cast<ssize_t>(bytes) && local[bytes - 1] == 7;
+    out[i] = msPerMiB(t0, bytes);
+  }
+  if (write(done[1], "x", 1) != 1) ok = false;
+  waitpid(pid, nullptr, 0);
+  for (int fd : {addr[0], addr[1], done[0], done[1]}) close(fd);
+  if (local) munmap(local, bytes);
+  return ok && local;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -143,5 +201,10 @@ int main(int argc, char** argv) {
          "process_vm_readv %.2f GB/s per thread (bytes written per second)\n",
          static_cast<double>(bytes) / (1 << 20), threads, mean.copy, mean.add, mean.cma);
   printf("copy_gbps %.3f\nadd_gbps %.3f\ncma_gbps %.3f\n", mean.copy, mean.add, mean.cma);
+  double w[2], r[2];
+  if (!firstWrite(bytes, w)) return 1;
+  printf("first_write_ms_per_mib %.3f\nsecond_write_ms_per_mib %.3f\n", w[0], w[1]);
+  if (mean.cma > 0 && firstRead(bytes, r))
+    printf("first_cma_ms_per_mib %.3f\nsecond_cma_ms_per_mib %.3f\n", r[0], r[1]);
   return 0;
 }

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # perf/compare.py end to end on one size: every row must carry both sides' rates, the
 # ratio, the memory bound, the CMA bound (the probe's process_vm_readv rate > 0) and the
-# range of the repetitions' ratios.
+# range of the repetitions' ratios. The probe also prints what memory's first write and
+# first process_vm_readv cost, and the second of each.
 # Usage: perf_compare_check.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
 src=$1 build=$2
 probe=$("$build/bin/membw_probe" 1 1) || { echo "perf_compare_check: membw_probe failed"; exit 1; }
 awk '/^cma_gbps / { found = $2 > 0 } END { exit !found }' <<< "$probe" ||
   { echo "$probe"; echo "perf_compare_check: no process_vm_readv rate"; exit 1; }
+awk '/^(first|second)_(write|cma)_ms_per_mib / { if ($2 > 0) n++ } END { exit n != 4 }' <<< "$probe" ||
+  { echo "$probe"; echo "perf_compare_check: no first-touch costs"; exit 1; }
 out=$(timeout 600 python3 "$src/perf/compare.py" --build "$build" --reps 1 --ranks 2 --colls all_gather,broadcast \
   -b 1M -e 1M 2>&1)
 rc=$?

@@ -305,11 +305,20 @@ void Runner::threadMain(int t, const ncclUniqueId& id) {
     setDevice(s.device);
     // MPI gets private host memory even where a GPU is visible; so does Strata with
     // STRATA_PERF_PRIVATE_MEMORY=1 (as a framework's tensors: no ncclMemAlloc).
-    if (args_.mpiBackend || (s.device < 0 && privateMemory())) {
+    const bool host = args_.mpiBackend || s.device < 0;
+    if (host && (args_.mpiBackend || privateMemory())) {
       s.send = hostBuffer(slotBytes_);
       s.recv = hostBuffer(slotBytes_);
     } else if (ncclMemAlloc(&s.send, slotBytes_) != ncclSuccess || ncclMemAlloc(&s.recv, slotBytes_) != ncclSuccess)
       ncclFailed("ncclMemAlloc", ncclSystemError);
+    // Host memory is written once here: on the test VMs a page populated by mmap
+    // still costs ~5 us on its first write (4 MiB: 5.0-5.7 ms the first time, 38 us
+    // after; docs/perf.md), which would land in the calls of whichever size first
+    // reaches the page.
+    if (host) {
+      memset(s.send, 0, slotBytes_);
+      memset(s.recv, 0, slotBytes_);
+    }
   }
   printDevices(t, slots);
   if (first) {
