@@ -312,8 +312,8 @@ void Runner::threadMain(int t, const ncclUniqueId& id) {
     } else if (ncclMemAlloc(&s.send, slotBytes_) != ncclSuccess || ncclMemAlloc(&s.recv, slotBytes_) != ncclSuccess)
       ncclFailed("ncclMemAlloc", ncclSystemError);
     // Host memory is written once here: on the test VMs a page populated by mmap
-    // still costs ~5 us on its first write (4 MiB: 5.0-5.7 ms the first time, 38 us
-    // after; docs/perf.md), which would land in the calls of whichever size first
+    // still costs ~5 us on its first write (4 MiB: 5.0-5.7 ms the first time, 35-40 us
+    // the third; docs/perf.md), which would land in the calls of whichever size first
     // reaches the page.
     if (host) {
       memset(s.send, 0, slotBytes_);
