@@ -10,6 +10,8 @@ variant's time over each other's (> 1: the other is faster).
 usage: perf/ab.py COLL NRANKS REPS VARIANT...
   VARIANT: name:ENV=V,ENV=V (Strata, private memory unless STRATA_PERF_PRIVATE_MEMORY=0;
            LD_LIBRARY_PATH=DIR swaps the library) or mpi (Open MPI's collective)
+           or bare (all_gather and alltoall with 2 ranks: perf/bare_exchange's time for
+           the copies any library must make on private memory, cma or slots, with no library)
   environment: B, E, F (sizes, as the perf tools' -b -e -f), ITERS, WARM, BUILD (default build)
 example: B=16K E=1M F=4 ITERS=300 WARM=30 perf/ab.py all_gather 2 6 \\
              before:LD_LIBRARY_PATH=/tmp/base/lib after: mpi
@@ -19,10 +21,23 @@ import statistics
 import subprocess
 import sys
 
+import compare  # perf/compare.py, beside this file
+
 MPI_ENV = {"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"}  # as compare.py
 
 
+def bare(build, coll, n):
+    """bare_exchange's time per size (perf/compare.py's bare_us)."""
+    if coll not in compare.BARE or n != 2:
+        sys.exit("the bare variant is measured for all_gather and alltoall with 2 ranks only")
+    g = os.environ.get
+    sizes = compare.sizes_between(compare.parse_size(g("B", "16K")), compare.parse_size(g("E", "1M")), int(g("F", "4")))
+    return {size: compare.bare_us(build, size, int(g("ITERS", "300"))) for size in sizes}
+
+
 def run(build, coll, n, name, envs):
+    if name == "bare":
+        return bare(build, coll, n)
     env, extra = (dict(MPI_ENV), ["--backend", "mpi"]) if name == "mpi" else ({"STRATA_PERF_PRIVATE_MEMORY": "1"}, [])
     for kv in filter(None, envs.split(",")):
         k, _, v = kv.partition("=")

@@ -86,6 +86,22 @@ def cma_bound(coll, n, cores, copy, cma):
     return None
 
 
+def bare_us(build, size, iters):
+    """perf/bare_exchange's time (us) for a 2-process all-gather of `size` bytes on
+    private memory: the copies every design must make, by CMA or through slots,
+    whichever was faster, with no library around them. A 2-rank all-to-all makes the
+    same copies."""
+    out = subprocess.run([os.path.join(build, "bin", "bare_exchange"), str(size / (1 << 20)), str(iters)],
+                         capture_output=True, text=True, timeout=1800)
+    if out.returncode:
+        sys.exit(f"bare_exchange failed ({out.returncode}) at {size} bytes:\n{out.stdout}\n{out.stderr}")
+    got = [float(line.split()[1]) for line in out.stdout.splitlines() if line.split()[0] in ("cma_us", "slots_us")]
+    return min(got)  # no cma_us where the kernel refuses process_vm_readv
+
+
+BARE = ("all_gather", "alltoall")  # with 2 ranks: the collectives whose copies bare_exchange makes
+
+
 def parse_size(text):
     scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     return int(text[:-1]) * scale[text[-1].upper()] if text[-1].upper() in scale else int(text)
@@ -152,9 +168,13 @@ def main():
     rates = {}  # size (>= 1 MiB) -> [(copy, add)...], each probed on buffers of that size
     large = [size for lo, hi, _, _ in sweeps(args) if lo >= SMALL for size in sizes_between(lo, hi, int(args.f))]
     strata_env = {"STRATA_PERF_PRIVATE_MEMORY": "1"} if args.strata_memory == "private" else {}
+    bares = {}  # size (>= 1 MiB) -> [us...], where a 2-rank all-gather or all-to-all runs
+    want_bare = 2 in ranks and any(c in BARE for c in colls)
     for rep in range(args.reps):
         for size in large:
             rates.setdefault(size, []).append(probe(args.build, size / (1 << 20), cores))
+            if want_bare:
+                bares.setdefault(size, []).append(bare_us(args.build, size, 10))
         for n in ranks:
             for coll in colls:
                 # Which runs first alternates: on the 2-core VM the first of two runs in a
@@ -176,10 +196,14 @@ def main():
           f"{args.strata_memory} memory")
     for n in ranks:
         for coll in colls:
+            bare = n == 2 and coll in BARE and bares
             print(f"\n## {coll}, {n} ranks (bound from 1 MiB: the memory system alone, docs/perf.md; %cma: of "
-                  f"the bound with peers' bytes moved at process_vm_readv's rate)")
+                  f"the bound with peers' bytes moved at process_vm_readv's rate"
+                  + ("; bare: perf/bare_exchange's time for the same copies with no library, and each side's "
+                     "time over it" if bare else "") + ")")
             print(f"{'size':>12} {'strata':>9} {'openmpi':>9} {'ratio':>7} {'bound':>7} {'%bound':>7} {'%cma':>6} "
-                  f"{'strata us':>10} {'mpi us':>10} {'per-rep ratio':>13}")
+                  f"{'strata us':>10} {'mpi us':>10} {'per-rep ratio':>13}"
+                  + (f" {'bare us':>9} {'s/bare':>7} {'m/bare':>7}" if bare else ""))
             s_rows, m_rows = res[(n, coll, "strata")], res[(n, coll, "mpi")]
             for size in sorted(s_rows):
                 if size == 0:
@@ -194,8 +218,11 @@ def main():
                 share = f"{100 * s_bw / b:>6.0f}%" if size in med else f"{'-':>7}"
                 c = cma_bound(coll, n, cores, med[size][0], med[size][2]) if size in med else None
                 cshare = f"{100 * s_bw / c:>5.0f}%" if c else f"{'-':>6}"
+                ref = statistics.median(bares[size]) if bare and size in bares else None
+                tail = f" {ref:>9.1f} {s_us / ref:>7.2f} {m_us / ref:>7.2f}" if ref else (f" {'-':>9} {'-':>7} {'-':>7}"
+                                                                                        if bare else "")
                 print(f"{size:>12} {s_bw:>9.2f} {m_bw:>9.2f} {ratio:>7.2f} {b:>7.2f} {share} {cshare} {s_us:>10.2f} "
-                      f"{m_us:>10.2f} {rep_range(s_rows[size], m_rows.get(size, [])):>13}")
+                      f"{m_us:>10.2f} {rep_range(s_rows[size], m_rows.get(size, [])):>13}{tail}")
 
 
 if __name__ == "__main__":
