@@ -27,12 +27,15 @@ MPI_ENV = {"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshol
 
 
 def bare(build, coll, n):
-    """bare_exchange's time per size (perf/compare.py's bare_us)."""
+    """bare_exchange's time per size (perf/compare.py's bare_us), from 256 KiB (its
+    smallest), with at most 20 calls per sample (it times some 20 ways and settings)."""
     if coll not in compare.BARE or n != 2:
         sys.exit("the bare variant is measured for all_gather and alltoall with 2 ranks only")
     g = os.environ.get
     sizes = compare.sizes_between(compare.parse_size(g("B", "16K")), compare.parse_size(g("E", "1M")), int(g("F", "4")))
-    return {size: compare.bare_us(build, size, int(g("ITERS", "300"))) for size in sizes}
+    iters = min(int(g("ITERS", "300")), 20)
+    # The perf tools round a size down to whole elements per rank: 8 bytes for 2 ranks of floats.
+    return {s - s % 8: compare.bare_us(build, s - s % 8, iters) for s in sizes if s >= 256 << 10}
 
 
 def run(build, coll, n, name, envs):
@@ -73,9 +76,11 @@ def main():
     names = [v.partition(":")[0] for v in variants]
     print(f"# {coll}, {n} ranks, medians of {reps} rotated runs, out-of-place us; ratio: {names[0]} time / other's")
     print(f"{'size':>10} " + " ".join(f"{x:>10}" for x in names) + " " + " ".join(f"{'/' + x:>9}" for x in names[1:]))
-    for size in sorted(times[names[0]]):
-        med = [statistics.median(times[x][size]) for x in names]
-        print(f"{size:>10} " + " ".join(f"{m:>10.2f}" for m in med) + " " + " ".join(f"{med[0] / m:>9.2f}" for m in med[1:]))
+    for size in sorted(set().union(*(times.get(x, {}) for x in names))):  # "-": a variant that has no such size
+        med = [statistics.median(times[x][size]) if size in times.get(x, {}) else None for x in names]
+        cell = lambda m: f"{m:>10.2f}" if m else f"{'-':>10}"
+        ratio = lambda m: f"{med[0] / m:>9.2f}" if m and med[0] else f"{'-':>9}"
+        print(f"{size:>10} " + " ".join(cell(m) for m in med) + " " + " ".join(ratio(m) for m in med[1:]))
 
 
 if __name__ == "__main__":

@@ -8,19 +8,24 @@
 // memcpy; the peer's piece crosses between the processes in one of the only two ways
 // private memory allows:
 //   cma    one kernel copy, process_vm_readv straight out of the peer's buffer
-//          (what Open MPI's vader BTL and Strata's CMA path do; skipped, with a
-//          line that says so, where the kernel refuses it);
+//          (the one copy Open MPI's vader BTL and Strata's CMA paths make, by
+//          process_vm_readv or _writev; skipped, with a line that says so, where
+//          the kernel refuses it);
 //   slots  two user copies through a shared segment, pipelined in chunks, the
 //          sender's copy into the slot fused with its own piece's copy out of it
 //          (what Strata's ring does); the best of a grid of chunk sizes and slot
 //          counts is reported.
-// Each way writes the output either with memcpy or with streaming stores (past
-// the caches, as Strata's ring does from 8 MiB), whichever is faster.
+// Each way writes the output it copies itself either with memcpy or with streaming
+// stores (past the caches, as Strata's ring does from 8 MiB), whichever is faster
+// (cma's kernel copy writes the peer's half its own way).
 // And, for reference, `mapped`: the peer's piece in memory both map (what
 // ncclMemAlloc'd buffers allow), two plain memcpys.
 // Each is timed over ITERS calls after 6 warm-up calls (the first touches of new
-// memory cost 10-100x on the test VM), median of 5 samples; the outputs are
-// checked exactly after each. Times are the mean of the two processes' per-call time.
+// memory cost 10-100x on the test VM), median of 5 samples. Times are the mean of the
+// two processes' per-call time, as the perf tools' default `-a` combines ranks. The
+// reported time is the least of the ways and settings tried, which biases it low.
+// After each, one more call runs on inputs refilled with a new pattern into a poisoned
+// output, and the output is checked exactly (a stale slot or a skipped copy fails).
 // A 2-process all-to-all of S bytes makes the same copies.
 //
 // usage: bare_exchange [MiB (S, the all-gather's size, as nccl-tests')] [ITERS]
@@ -31,10 +36,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <vector>
 
 #include <emmintrin.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -54,15 +62,19 @@ struct Shared {
 };
 
 Shared* shared;
+pid_t child = -1;  // in the parent: the other process, ended with it on failure
 char* slotArea;    // [2][kMaxSlotBytes], shared
 uint32_t* mapped;  // [2][piece], shared: the `mapped` variant's inputs
 
+[[noreturn]] void fail(const char* what) {
+  fprintf(stderr, "bare_exchange: %s\n", what);
+  if (child > 0) kill(child, SIGKILL);
+  exit(1);
+}
+
 void* map(size_t bytes, int flags) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, flags | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-  if (p == MAP_FAILED) {
-    perror("bare_exchange: mmap");
-    exit(1);
-  }
+  if (p == MAP_FAILED) fail("mmap failed");
   return p;
 }
 
@@ -71,10 +83,8 @@ template <class F>
 void spinUntil(F done) {
   auto t0 = std::chrono::steady_clock::now();
   for (uint64_t i = 0; !done(); ++i) {
-    if ((i & 0xffff) == 0 && std::chrono::steady_clock::now() - t0 > std::chrono::duration<double>(kSpinLimitS)) {
-      fprintf(stderr, "bare_exchange: the other process did not answer within %.0f s\n", kSpinLimitS);
-      exit(1);
-    }
+    if ((i & 0xffff) == 0 && std::chrono::steady_clock::now() - t0 > std::chrono::duration<double>(kSpinLimitS))
+      fail("the other process did not answer within 20 s");
     __builtin_ia32_pause();
   }
 }
@@ -111,6 +121,7 @@ struct Rank {
   uint32_t* send;
   char* recv;
   uint64_t chunkSeq[2] = {0, 0};  // chunks sent (own direction) and received (peer's), over all calls
+  uint32_t tag = 0;               // the inputs' pattern (word())
 };
 
 void cmaCall(Rank& r) {
@@ -120,10 +131,7 @@ void cmaCall(Rank& r) {
     iovec local{r.recv + r.peer * r.piece + done, r.piece - done};
     iovec remote{reinterpret_cast<char*>(shared->send[r.peer]) + done, r.piece - done};
     ssize_t got = process_vm_readv(shared->pid[r.peer], &local, 1, &remote, 1, 0);
-    if (got <= 0) {
-      perror("bare_exchange: process_vm_readv");
-      exit(1);
-    }
+    if (got <= 0) fail("process_vm_readv failed");
     done += static_cast<size_t>(got);
   }
 }
@@ -165,15 +173,31 @@ void slotsCall(Rank& r) {
   }
 }
 
-// Rank i's piece, word w: distinct in every word of both pieces.
-uint32_t word(int rank, size_t w) { return static_cast<uint32_t>(rank) << 28 | static_cast<uint32_t>(w); }
+// Rank i's piece, word w, under pattern `tag`: distinct in every word of both pieces
+// (pieces of under 8 GiB), and different from the same word under another tag.
+uint32_t word(int rank, size_t w, uint32_t tag) {
+  return (static_cast<uint32_t>(rank) << 31 | static_cast<uint32_t>(w)) ^ tag;
+}
 
-bool outputRight(const Rank& r) {
+void fill(Rank& r) {
+  for (size_t w = 0; w < r.piece / 4; ++w) r.send[w] = mapped[r.me * (r.piece / 4) + w] = word(r.me, w, r.tag);
+}
+
+// One call on inputs under a new pattern into a poisoned output; false if any word
+// of the output is not the one expected.
+bool oneCallRight(Rank& r, void (*call)(Rank&)) {
+  barrier();  // the peer is done with this call's inputs and slots
+  r.tag += 0x9e3779b9u;
+  fill(r);
+  memset(r.recv, 0xff, 2 * r.piece);
+  barrier();
+  call(r);
+  barrier();  // both calls are done before either process changes its inputs or slots
   const uint32_t* out = reinterpret_cast<const uint32_t*>(r.recv);
   size_t words = r.piece / 4;
   for (int rank = 0; rank < 2; ++rank)
     for (size_t w = 0; w < words; ++w)
-      if (out[rank * words + w] != word(rank, w)) return false;
+      if (out[rank * words + w] != word(rank, w, r.tag)) return false;
   return true;
 }
 
@@ -191,9 +215,10 @@ double timeVariant(Rank& r, void (*call)(Rank&), int iters, const char* name) {
     samples.push_back((shared->us[0] + shared->us[1]) / 2);
     barrier();  // both have read us[] before the next sample writes it
   }
-  if (!outputRight(r)) {
-    fprintf(stderr, "bare_exchange: rank %d's output is wrong after %s\n", r.me, name);
-    exit(1);
+  if (!oneCallRight(r, call)) {
+    char what[96];
+    snprintf(what, sizeof what, "rank %d's output is wrong after %s", r.me, name);
+    fail(what);
   }
   std::sort(samples.begin(), samples.end());
   return samples[2];
@@ -216,8 +241,9 @@ bool cmaAllowed(const Rank& r) {
 void runRank(int me, size_t piece, int iters) {
   Rank r{me, 1 - me, piece, static_cast<uint32_t*>(map(piece, MAP_PRIVATE)),
          static_cast<char*>(map(2 * piece, MAP_PRIVATE))};
-  for (size_t w = 0; w < piece / 4; ++w) r.send[w] = mapped[me * (piece / 4) + w] = word(me, w);
+  fill(r);
   memset(r.recv, 0, 2 * piece);
+  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY);  // where Yama restricts CMA to ptracers, as Open MPI does
   shared->pid[me] = getpid();
   shared->send[me] = r.send;
   barrier();
@@ -266,13 +292,13 @@ int main(int argc, char** argv) {
   mapped = static_cast<uint32_t*>(map(2 * piece, MAP_SHARED));
   printf("bare_exchange: 2 processes, all-gather of %.3g MiB (pieces of %zu bytes), %d calls per sample, "
          "median of 5, us per call\n",
-         static_cast<double>(bytes) / (1 << 20), piece, iters);
+         static_cast<double>(2 * piece) / (1 << 20), piece, iters);
   fflush(stdout);
-  pid_t child = fork();
-  if (child < 0) {
-    perror("bare_exchange: fork");
-    return 1;
-  }
+  pid_t parent = getpid();
+  child = fork();
+  if (child < 0) fail("fork failed");
+  // The child ends with the parent, so that no process is left spinning.
+  if (child == 0 && (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)) _exit(1);
   runRank(child == 0 ? 1 : 0, piece, iters);
   if (child == 0) _exit(0);
   int status = 0;

@@ -95,7 +95,7 @@ def bare_us(build, size, iters):
                          capture_output=True, text=True, timeout=1800)
     if out.returncode:
         sys.exit(f"bare_exchange failed ({out.returncode}) at {size} bytes:\n{out.stdout}\n{out.stderr}")
-    got = [float(line.split()[1]) for line in out.stdout.splitlines() if line.split()[0] in ("cma_us", "slots_us")]
+    got = [float(line.split()[1]) for line in out.stdout.splitlines() if line.split()[:1] in (["cma_us"], ["slots_us"])]
     return min(got)  # no cma_us where the kernel refuses process_vm_readv
 
 
@@ -104,7 +104,7 @@ BARE = ("all_gather", "alltoall")  # with 2 ranks: the collectives whose copies 
 
 def parse_size(text):
     scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(text[:-1]) * scale[text[-1].upper()] if text[-1].upper() in scale else int(text)
+    return int(float(text[:-1]) * scale[text[-1].upper()]) if text[-1].upper() in scale else int(float(text))
 
 
 SMALL = 1 << 20  # below this, a run of 10 iterations is too short to time
