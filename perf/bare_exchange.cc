@@ -148,9 +148,12 @@ char* slot(int dir, uint64_t seq) { return slotArea + dir * kMaxSlotBytes + (seq
 void slotsCall(Rank& r) {
   size_t n = (r.piece + gChunk - 1) / gChunk, sent = 0, got = 0;
   const char* src = reinterpret_cast<const char*>(r.send);
+  uint64_t& s = r.chunkSeq[0];
+  uint64_t& g = r.chunkSeq[1];
+  auto canSend = [&] { return sent < n && s - shared->released[r.me].load(std::memory_order_acquire) < gSlots; };
+  auto canTake = [&] { return got < n && shared->posted[r.peer].load(std::memory_order_acquire) > g; };
   while (sent < n || got < n) {
-    uint64_t& s = r.chunkSeq[0];
-    if (sent < n && s - shared->released[r.me].load(std::memory_order_acquire) < gSlots) {
+    if (canSend()) {
       size_t off = sent * gChunk, len = std::min(gChunk, r.piece - off);
       memcpy(slot(r.me, s), src + off, len);
       outCopy(r.recv + r.me * r.piece + off, slot(r.me, s), len);
@@ -158,18 +161,14 @@ void slotsCall(Rank& r) {
       ++sent;
       continue;
     }
-    uint64_t& g = r.chunkSeq[1];
-    if (got < n && shared->posted[r.peer].load(std::memory_order_acquire) > g) {
+    if (canTake()) {
       size_t off = got * gChunk, len = std::min(gChunk, r.piece - off);
       outCopy(r.recv + r.peer * r.piece + off, slot(r.peer, g), len);
       shared->released[r.peer].store(++g, std::memory_order_release);
       ++got;
       continue;
     }
-    spinUntil([&] {
-      return (sent < n && s - shared->released[r.me].load() < gSlots) ||
-             (got < n && shared->posted[r.peer].load() > g);
-    });
+    spinUntil([&] { return canSend() || canTake(); });
   }
 }
 

@@ -218,9 +218,10 @@ def main():
                 share = f"{100 * s_bw / b:>6.0f}%" if size in med else f"{'-':>7}"
                 c = cma_bound(coll, n, cores, med[size][0], med[size][2]) if size in med else None
                 cshare = f"{100 * s_bw / c:>5.0f}%" if c else f"{'-':>6}"
-                ref = statistics.median(bares[size]) if bare and size in bares else None
-                tail = f" {ref:>9.1f} {s_us / ref:>7.2f} {m_us / ref:>7.2f}" if ref else (f" {'-':>9} {'-':>7} {'-':>7}"
-                                                                                        if bare else "")
+                tail = ""
+                if bare:
+                    ref = statistics.median(bares[size]) if size in bares else None
+                    tail = f" {ref:>9.1f} {s_us / ref:>7.2f} {m_us / ref:>7.2f}" if ref else f" {'-':>9} {'-':>7} {'-':>7}"
                 print(f"{size:>12} {s_bw:>9.2f} {m_bw:>9.2f} {ratio:>7.2f} {b:>7.2f} {share} {cshare} {s_us:>10.2f} "
                       f"{m_us:>10.2f} {rep_range(s_rows[size], m_rows.get(size, [])):>13}{tail}")
 
