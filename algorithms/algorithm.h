@@ -132,6 +132,9 @@ class PlanContext {
   // fewest any rank's GPU holds: the grids of kernels that wait for each other must
   // fit in it (0: some rank has no GPU, or no kernel image for it).
   virtual int kernelBlocks() const = 0;
+  // Channels (blocks) a pipelined kernel (device/kernel_pipe.h) takes at most on every
+  // rank's GPU: the fewest any holds (0: some rank has none).
+  virtual int pipeChannels() const = 0;
   // Links opened before any task of the group is made (both ends must ask in the same group).
   virtual void needSend(const LinkKey& k, LinkShape shape = {}) = 0;
   virtual void needRecv(const LinkKey& k, LinkShape shape = {}) = 0;
@@ -164,8 +167,11 @@ class PlanContext {
 class Algorithm {
  public:
   virtual ~Algorithm() = default;
-  // NCCL_ALGO's name: "Ring", "Tree", ...
+  // NCCL_ALGO's name: "Ring", "Tree", ... (unique in the registry)
   virtual const char* name() const = 0;
+  // NCCL's names it also answers to in NCCL_ALGO (the device ring to "Ring"), so a
+  // setting made for NCCL selects the device algorithm that does what NCCL's would.
+  virtual std::vector<const char*> aliases() const { return {}; }
   virtual bool serves(Collective c) const = 0;
   virtual std::vector<Protocol> protocols() const { return {Protocol::kSimple}; }
   // False for how point-to-point work is done: not a choice NCCL_ALGO makes.

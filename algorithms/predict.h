@@ -36,7 +36,7 @@ std::vector<Prediction> predictAll(const topology::Plan& plan, int nodes, const 
                                    const std::string& proto = "");
 
 // Whether a communicator on this plan runs collectives on device buffers with the
-// device-driven kernels (DeviceOneShot): one node, GPUs with peer access on every
+// device-driven kernels (DeviceRing, DeviceMesh): one node, GPUs with peer access on every
 // ring hop, each rank its own GPU, 2 to 8 ranks. Else they go through the proxy.
 bool deviceDriven(const topology::Plan& plan, int nodes);
 // What those kernels take per collective and size (empty when !deviceDriven).

@@ -6,7 +6,7 @@
 
 #define STRATA_ALGORITHMS(X) \
   X(ring) X(tree) X(hierarchical) X(leaders) X(one_shot) X(direct_read) X(pairwise) X(device_direct) \
-  X(device_one_shot) X(device_p2p) X(device_self) X(device_shared)
+  X(device_ring) X(device_mesh) X(device_p2p) X(device_self) X(device_shared)
 
 namespace strata::algorithms {
 

@@ -1,5 +1,6 @@
 #include "algorithms/tuner.h"
 
+#include <string.h>
 #include <strings.h>
 
 #include <limits>
@@ -28,17 +29,28 @@ bool plainListAllows(const std::string& list, const std::string& name) {
 [[noreturn]] void nothingLeft(const TuneRequest& req, const std::string& algoSpec, const std::string& protoSpec) {
   std::string have, set;
   for (const Algorithm* a : registry())
-    if (a->serves(req.coll) && a->applies(req)) have += std::string(have.empty() ? "" : ", ") + a->name();
+    if (a->serves(req.coll) && a->applies(req) && a->deviceMemory() == req.deviceBuffers &&
+        a->streamOrdered() == req.streamOrdered)
+      have += std::string(have.empty() ? "" : ", ") + a->name();
   if (!algoSpec.empty()) set = "NCCL_ALGO=" + algoSpec;
   if (!protoSpec.empty()) set += (set.empty() ? "" : " and ") + std::string("NCCL_PROTO=") + protoSpec;
-  fail(ncclInvalidUsage, "%s %s no algorithm for %s (this build has %s for it, with protocol Simple%s)", set.c_str(),
+  std::string why;
+  if (!protoSpec.empty() && !req.sharedMemory)
+    why = "; LL runs only where every rank maps every other's memory (ranks of one host)";
+  if (strcasestr(protoSpec.c_str(), "LL128"))
+    why += "; LL128 is a GPU protocol (NVLink's 128-byte stores): host memory has none";
+  fail(ncclInvalidUsage, "%s %s no algorithm for %s (this build has %s for it, with protocol Simple%s%s)", set.c_str(),
        algoSpec.empty() || protoSpec.empty() ? "leaves" : "leave", collectiveName(req.coll), have.c_str(),
-       req.sharedMemory ? " or LL" : "");
+       req.sharedMemory ? " or LL" : "", why.c_str());
 }
 
 }  // namespace
 
-bool listAllows(const std::string& spec, const std::string& name, const std::string& func) {
+namespace {
+
+// The plain list `spec` gives `func` (NCCL's syntax: "allreduce:Ring;Tree" scopes
+// entries per function; an entry without a function applies to the rest).
+std::string effectiveList(const std::string& spec, const std::string& func) {
   std::string common, scoped;
   bool haveScoped = false;
   size_t pos = 0;
@@ -55,8 +67,31 @@ bool listAllows(const std::string& spec, const std::string& name, const std::str
     if (semi == std::string::npos) break;
     pos = semi + 1;
   }
-  return plainListAllows(haveScoped ? scoped : common, name);
+  return haveScoped ? scoped : common;
 }
+
+}  // namespace
+
+bool listAllows(const std::string& spec, const std::string& name, const std::string& func) {
+  return plainListAllows(effectiveList(spec, func), name);
+}
+
+namespace {
+
+// NCCL_ALGO lets `a` run: a list names it (by its name or an alias), or an
+// exclusion list names neither.
+bool algorithmAllowed(const Algorithm& a, const std::string& spec, const char* func) {
+  std::string list = effectiveList(spec, func);
+  bool exclude = !list.empty() && list[0] == '^';
+  bool allowed = plainListAllows(list, a.name());
+  for (const char* alias : a.aliases()) {
+    bool byAlias = plainListAllows(list, alias);
+    allowed = exclude ? allowed && byAlias : allowed || byAlias;
+  }
+  return allowed;
+}
+
+}  // namespace
 
 const char* protocolName(Protocol p) { return p == Protocol::kLL ? "LL" : "Simple"; }
 
@@ -89,8 +124,10 @@ bool tryChooseAmong(const TuneRequest& req, const std::string& algoSpec, const s
     if (preferredOnly && !a->preferred(req)) continue;
     if (a->streamOrdered() != req.streamOrdered) continue;
     if (req.unavailable >> i & 1) continue;
-    bool listed = a->selectable() && traits(req.coll).scheduled;  // NCCL_ALGO lists only choose among these
-    if (listed && !listAllows(algoSpec, a->name(), func)) continue;
+    // NCCL_ALGO and NCCL_PROTO choose only among these; one rank's collective is a
+    // copy whatever they say, as in NCCL.
+    bool listed = a->selectable() && traits(req.coll).scheduled && req.nranks > 1;
+    if (listed && !algorithmAllowed(*a, algoSpec, func)) continue;
     for (Protocol p : a->protocols()) {
       if (p == Protocol::kLL && !req.sharedMemory) continue;
       if (listed && !listAllows(protoSpec, protocolName(p), func)) continue;

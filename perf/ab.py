@@ -11,7 +11,8 @@ usage: perf/ab.py COLL NRANKS REPS VARIANT...
   VARIANT: name:ENV=V,ENV=V (Strata, private memory unless STRATA_PERF_PRIVATE_MEMORY=0;
            LD_LIBRARY_PATH=DIR swaps the library) or mpi (Open MPI's collective)
            or bare (all_gather and alltoall with 2 ranks: perf/bare_exchange's time for
-           the copies any library must make on private memory, cma or slots, with no library)
+           the copies a 2-rank exchange makes on private memory, by cma or through slots,
+           with no library around them: a reference, not a bound)
   environment: B, E, F (sizes, as the perf tools' -b -e -f), ITERS, WARM, BUILD (default build)
 example: B=16K E=1M F=4 ITERS=300 WARM=30 perf/ab.py all_gather 2 6 \\
              before:LD_LIBRARY_PATH=/tmp/base/lib after: mpi

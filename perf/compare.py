@@ -2,7 +2,7 @@
 """Strata against Open MPI on the same ranks and sizes, interleaved, several times.
 
 Runs each perf tool under mpirun twice per repetition, once through Strata and once with
---backend mpi (Open MPI's collectives, with its best settings on this machine), for 2 and 4
+--backend mpi (Open MPI's collectives, under --mca btl vader,self and MPI_ENV below), for 2 and 4
 local ranks, and prints per size the median busbw of each, their ratio, the lowest and highest
 ratio of one repetition's pair of runs, and a memory-bandwidth bound from perf/membw_probe
 measured in the same run on buffers of that size (docs/perf.md derives it). Strata's buffers

@@ -1,11 +1,11 @@
-// Memory rates on this machine, the basis of the bounds in perf/compare.py: copy
+// Memory rates on this machine, the basis of the models in perf/compare.py: copy
 // (memcpy) and c = a + b (float) of buffers of the given size (MiB, default 256), in
 // bytes written per second per thread, with THREADS threads (default 1) each working on
 // its own buffers at the same time (the ranks of a collective share the memory system
 // so), median of 5 samples of at least 20 ms each (small buffers are copied many times
 // per sample, so they run at the caches' speed, as a collective of that size does).
-// Also `cma`: the same copy made by process_vm_readv (Cross Memory Attach), the one
-// copy any library can make out of another process's private memory, measured in
+// Also `cma`: the same copy made by process_vm_readv (Cross Memory Attach), the single
+// copy out of another process's private memory that Open MPI's vader makes, measured in
 // THREADS processes at once (threads of one process would share its address space's
 // locks, which ranks do not), each on its own memory; 0 where the kernel refuses it.
 //

@@ -13,12 +13,12 @@
 #                               a GPU test that skips while a GPU is visible fails
 #                               (tests that need more GPUs than are visible are
 #                               filtered out, and said so);
-#   scripts/gpu-check.sh diag   short runs of what failed first, at NCCL_DEBUG=INFO.
+#   scripts/gpu-check.sh diag   short runs of single steps at NCCL_DEBUG=INFO (see do_diag).
 # With no argument: pack, then run (a machine that has both). Exits non-zero when any
 # step failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-pack=build-gpu/pack
+pack=${GPU_CHECK_PACK:-build-gpu/pack}
 
 do_pack() {
   local nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
@@ -29,11 +29,11 @@ do_pack() {
     -DCMAKE_CUDA_ARCHITECTURES=90 > "$log" 2>&1 || { cat "$log"; return 1; }
   grep -q "GPU path: CUDA" "$log" || { echo "gpu-check pack: configure did not enable CUDA"; return 1; }
   local tools=(all_reduce_perf all_gather_perf reduce_scatter_perf broadcast_perf gpu_bench)
-  cmake --build build-gpu --target nccl gpu_test "${tools[@]}" || return 1
+  cmake --build build-gpu --target nccl strata_reference gpu_test "${tools[@]}" || return 1
   rm -rf "$pack" && mkdir -p "$pack/bin" "$pack/lib"
   cp build-gpu/tests/gpu_test "$pack/bin/"
   for t in "${tools[@]}"; do cp "build-gpu/bin/$t" "$pack/bin/"; done
-  cp -L build-gpu/lib/libnccl.so.2 "$pack/lib/"
+  cp -L build-gpu/lib/libnccl.so.2 build-gpu/lib/libstrata-reference.so "$pack/lib/"
   ln -sf libnccl.so.2 "$pack/lib/libnccl.so"
   # What they load beyond the C library and the loader (the GPU machine's distribution
   # may lack hwloc, GoogleTest's or a new enough libstdc++).
@@ -43,21 +43,24 @@ do_pack() {
     [ -e "$pack/lib/$(basename "$lib")" ] || cp -L "$lib" "$pack/lib/"
   done
   strip --strip-unneeded "$pack"/bin/* "$pack"/lib/*.so* 2> /dev/null
-  cp scripts/torch_check.py "$pack/"
+  cp scripts/torch_check.py integrations/torch/tests/reference_data.py "$pack/"
   local mib=$(( $(du -sb "$pack" | cut -f1) / 1048576 ))
   echo "gpu-check pack: $pack is $mib MiB: $(ls "$pack/bin" "$pack/lib" | tr '\n' ' ')"
   [ "$mib" -le 64 ] || { echo "gpu-check pack: over 64 MiB"; return 1; }
 }
 
 # Shared by run and diag: the pack on the library path, logs in a scratch folder
-# ($OUT gets only summary.txt and one gpu-check-logs.tgz: the device tool returns few
-# files), and step(), which bounds every command by its own limit and the run's budget.
+# ($OUT gets only summary.txt and one gpu-check-logs.tgz, so that every log comes back
+# from a machine that returns only a few files), and step(), which bounds every command
+# by its own limit and the run's budget.
 setup() {
   [ -x "$pack/bin/gpu_test" ] || { echo "gpu-check: no $pack (run 'scripts/gpu-check.sh pack' and carry it)"; return 1; }
   out=${OUT:-/tmp/strata-gpu-check}
   logs=$(mktemp -d /tmp/gpu-check-logs.XXXXXX)
   mkdir -p "$out"
-  export LD_LIBRARY_PATH=$PWD/$pack/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} STRATA_TIMEOUT=60
+  pack=$(cd "$pack" && pwd)
+  export LD_LIBRARY_PATH=$pack/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} STRATA_TIMEOUT=60
+  export STRATA_REFERENCE_LIB=$pack/lib/libstrata-reference.so
   summary=()
   failed=FAIL
   # The whole run stays within GPU_CHECK_BUDGET seconds (default 420): a step gets
@@ -87,15 +90,20 @@ step() {  # step NAME SECONDS COMMAND...: runs it under timeout, keeps its outpu
   tail -n 8 "$logs/$name.log"
 }
 
-# run_each BINARY FILTER: every test the filter selects, each in a process of its own.
+# run_each BINARY FILTER: every test the filter selects, each in a process of its own;
+# fails when any of them fails, or when the filter selects none.
 run_each() {
-  local bin=$1 suite="" t rc=0
+  local bin=$1 suite="" t rc=0 ran=0 out status
   while IFS= read -r line; do
     if [[ $line != " "* ]]; then suite=${line%% *}; continue; fi
     t=${line#  }; t=${t%% *}
-    "$bin" --gtest_filter="$suite$t" 2>&1 | grep -E '^\[ +(OK|FAILED|SKIPPED) +\]|Failure|Which is|rank [0-9]+:' || true
-    [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+    out=$("$bin" --gtest_filter="$suite$t" 2>&1)
+    status=$?
+    grep -E '^\[ +(OK|FAILED|SKIPPED) +\]|Failure|Which is|rank [0-9]+:' <<< "$out"
+    ran=$((ran + 1))
+    [ $status -eq 0 ] || { echo "run_each: $suite$t exited $status"; rc=1; }
   done < <("$bin" --gtest_list_tests --gtest_filter="$2" | grep -v '^Running main')
+  [ $ran -gt 0 ] || { echo "run_each: the filter $2 selects no test"; rc=1; }
   return $rc
 }
 
@@ -107,8 +115,9 @@ finish() {
   for f in "$logs"/*_perf_*rank*.log; do
     [ -f "$f" ] && echo "$(basename "$f" .log): $(grep -E 'Avg bus bandwidth' "$f" | tr -s ' ')"
   done
-  # #15's targets for 2 ranks sharing the GPU (DeviceShared): 8 B <= 10 us, 256 MiB busbw
-  # >= 75% of the bound (docs/gpu.md: a quarter of gpu_bench's copy rate, read + written).
+  # DeviceShared's targets for 2 ranks sharing the GPU (docs/gpu.md): 8 B <= 10 us, 256 MiB
+  # busbw >= 75% of the bound (a quarter of gpu_bench's copy rate, read + written). The
+  # sweep above (-b 8 -e 256M -f 32: 8 B, 256 B, 8 KiB, 256 KiB, 8 MiB, 256 MiB) has both rows.
   [ -f "$logs/all_reduce_perf_2ranks.log" ] && grep -E '^ +(8|268435456) ' "$logs/all_reduce_perf_2ranks.log" |
     sed 's/^/all_reduce 2 ranks, one GPU: /'
   cp "$logs/summary.txt" "$out/summary.txt"
@@ -122,7 +131,7 @@ finish() {
 torch_symbols() {
   local lib=$torch_lib/libtorch_cuda.so
   [ -e "$lib" ] || { echo "no libtorch_cuda.so under $torch_lib"; return 1; }
-  LD_PRELOAD="$PWD/$pack/lib/libnccl.so.2" ldd -r "$lib" 2>&1 | grep -i "undefined symbol: p\?nccl" | tee "$logs/torch_missing_nccl.txt"
+  LD_PRELOAD="$pack/lib/libnccl.so.2" ldd -r "$lib" 2>&1 | grep -i "undefined symbol: p\?nccl" | tee "$logs/torch_missing_nccl.txt"
   [ ! -s "$logs/torch_missing_nccl.txt" ]
 }
 
@@ -132,7 +141,7 @@ torch_step() {
     cat "$logs/torch.txt"
     if torch_symbols > "$logs/torch_symbols.log" 2>&1; then summary+=("PASS  torch_symbols: every nccl symbol libtorch_cuda.so needs is exported")
     else summary+=("FAIL  torch_symbols: see torch_symbols.log"); cat "$logs/torch_symbols.log"; fi
-    step torch_distributed 60 env LD_PRELOAD="$PWD/$pack/lib/libnccl.so.2" python3 "$pack/torch_check.py"
+    step torch_distributed 60 env LD_PRELOAD="$pack/lib/libnccl.so.2" python3 "$pack/torch_check.py"
   else
     summary+=("FAIL  torch_distributed: PyTorch with CUDA is not importable")
   fi
@@ -142,7 +151,7 @@ do_run() {
   setup || return 1
   # Simulator-only tests are not GPU tests; tests that need a GPU per rank need 2+.
   local filter='-GpuSimulator.*:GpuAlignment.*'
-  [ "$gpus" -ge 2 ] || filter="$filter:*ManyGpus*:*DeviceOneShot*:Ranks/*"
+  [ "$gpus" -ge 2 ] || filter="$filter:*ManyGpus*:*DeviceDriven*:Ranks/*"
   [ "$gpus" -ge 4 ] || filter="$filter:*4ranks"
   [ "$gpus" -ge 8 ] || filter="$filter:*8ranks"
   echo "gpu tests: --gtest_filter=$filter" > "$logs/filter.txt"
@@ -158,7 +167,7 @@ do_run() {
   torch_step
   for tool in all_reduce all_gather reduce_scatter; do
     for n in 1 2 4; do
-      step "${tool}_perf_${n}ranks" 20 bash -c "'$pack/bin/${tool}_perf' -t $n -b 8 -e 256M -f 8 -n 5 -w 2 -c 1 |
+      step "${tool}_perf_${n}ranks" 20 bash -c "'$pack/bin/${tool}_perf' -t $n -b 8 -e 256M -f 32 -n 5 -w 2 -c 1 |
         tee /dev/stderr | grep -q 'Out of bounds values : 0 OK'"
     done
   done
@@ -166,7 +175,7 @@ do_run() {
   # tool (one rank: NCCL refuses two ranks on one GPU).
   if [ -e "$nccl_lib/libnccl.so.2" ]; then
     step nvidia_nccl_all_reduce_perf_1rank 20 env LD_LIBRARY_PATH="$nccl_lib:$LD_LIBRARY_PATH" \
-      "$pack/bin/all_reduce_perf" -t 1 -b 8 -e 256M -f 8 -n 5 -w 2 -c 1
+      "$pack/bin/all_reduce_perf" -t 1 -b 8 -e 256M -f 32 -n 5 -w 2 -c 1
   fi
   # Every stream of the process on one hardware queue (Megatron's setting): ranks
   # sharing a GPU must not wait on the device for each other.
@@ -176,8 +185,11 @@ do_run() {
   finish run
 }
 
-# Short, loud runs of what failed on the first real GPU: logs at NCCL_DEBUG=INFO,
-# waits cut to STRATA_TIMEOUT=8 so each says what it waited for.
+# Short, loud runs of the steps most likely to hang or fail on a new GPU machine
+# (PyTorch: its NCCL symbols and torch.distributed; 2 ranks on one GPU, directly and
+# staged; capture and streams; one rank's all-reduce; the kernel bench; the remaining
+# gpu tests): logs at NCCL_DEBUG=INFO, waits cut to STRATA_TIMEOUT=8 so each says what
+# it waited for.
 do_diag() {
   setup || return 1
   export STRATA_TIMEOUT=8
@@ -189,7 +201,7 @@ do_diag() {
   step all_reduce_1rank 20 "$pack/bin/all_reduce_perf" -t 1 -b 8 -e 128M -f 16 -n 5 -w 2 -c 1
   step gpu_bench 30 "$pack/bin/gpu_bench" 256 10
   step gpu_tests_rest 90 env NCCL_DEBUG=WARN "$pack/bin/gpu_test" \
-    --gtest_filter='-GpuSimulator.*:GpuAlignment.*:*ManyGpus*:*DeviceOneShot*:Ranks/*:GpuCapture.*:GpuStreams.*'
+    --gtest_filter='-GpuSimulator.*:GpuAlignment.*:*ManyGpus*:*DeviceDriven*:Ranks/*:GpuCapture.*:GpuStreams.*'
   finish diag
 }
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "harness/ranks.h"
+#include "verify/reference.h"
 
 namespace strata::test {
 namespace {
@@ -191,20 +192,71 @@ TEST_F(OneRank, SimulateEstimatesWithoutRunning) {
   EXPECT_EQ(b[0], 0);
 }
 
+// Two ranks (threads) under NCCL_ALGO / NCCL_PROTO: an all-reduce of {rank + 1,
+// 10 rank + 3} and a reduce-scatter of the same, each rank saying what it got
+// ("sum 3 16", "rs 3" or "rs 16") or the call's error.
+std::vector<std::string> underSettings(const char* algo, const char* proto) {
+  algo ? setenv("NCCL_ALGO", algo, 1) : unsetenv("NCCL_ALGO");
+  proto ? setenv("NCCL_PROTO", proto, 1) : unsetenv("NCCL_PROTO");
+  reloadEnvironment();
+  auto results = runRanks(Mode::kThreads, 2, [](int rank, int n, const ncclUniqueId& id) -> std::string {
+    ncclComm_t comm;
+    if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) return "init failed: " + lastError();
+    float a[2] = {static_cast<float>(rank + 1), static_cast<float>(10 * rank + 3)}, b[2] = {0, 0}, rs = 0;
+    std::string got;
+    if (ncclAllReduce(a, b, 2, ncclFloat, ncclSum, comm, nullptr) == ncclSuccess)
+      got = "sum " + std::to_string(static_cast<int>(b[0])) + " " + std::to_string(static_cast<int>(b[1]));
+    else
+      got = "all-reduce: " + lastError();
+    if (ncclReduceScatter(a, &rs, 1, ncclFloat, ncclSum, comm, nullptr) == ncclSuccess)
+      got += "; rs " + std::to_string(static_cast<int>(rs));
+    else
+      got += "; reduce-scatter: " + lastError();
+    ncclCommDestroy(comm);
+    return got;
+  }, 60);
+  unsetenv("NCCL_ALGO");
+  unsetenv("NCCL_PROTO");
+  reloadEnvironment();
+  std::vector<std::string> out;
+  for (const RankResult& r : results) out.push_back(r.error);
+  return out;
+}
+
 TEST(Api, AlgorithmListsAreHonoured) {
+  std::vector<std::string> got = underSettings("NVLS", nullptr);
+  ASSERT_EQ(got.size(), 2u);
+  for (const std::string& g : got) {
+    EXPECT_NE(g.find("all-reduce: "), std::string::npos) << g;
+    EXPECT_NE(g.find("NCCL_ALGO=NVLS leaves no algorithm for AllReduce"), std::string::npos) << g;
+    EXPECT_NE(g.find("this build has Ring, Tree, OneShot for it"), std::string::npos) << g;
+  }
+  EXPECT_EQ(underSettings("^Tree", nullptr), (std::vector<std::string>{"sum 3 16; rs 3", "sum 3 16; rs 16"}));
+  // NCCL_PROTO=LL as a job tuned for NCCL sets it: every collective keeps an algorithm
+  // (one-shot over LL); LL128, a GPU protocol, leaves host memory none, saying why.
+  EXPECT_EQ(underSettings(nullptr, "LL"), (std::vector<std::string>{"sum 3 16; rs 3", "sum 3 16; rs 16"}));
+  got = underSettings(nullptr, "LL128");
+  ASSERT_EQ(got.size(), 2u);
+  for (const std::string& g : got) EXPECT_NE(g.find("LL128 is a GPU protocol"), std::string::npos) << g;
+}
+
+// One rank's collective is a copy whatever NCCL_ALGO and NCCL_PROTO say, as in NCCL
+// (which runs it without choosing an algorithm).
+TEST(Api, OneRankIgnoresTheAlgorithmLists) {
   ncclComm_t comm;
   ASSERT_EQ(ncclCommInitAll(&comm, 1, nullptr), ncclSuccess);
-  float a = 1, b = 0;
-  setenv("NCCL_ALGO", "NVLS", 1);
-  reloadEnvironment();
-  EXPECT_EQ(ncclAllReduce(&a, &b, 1, ncclFloat, ncclSum, comm, nullptr), ncclInvalidUsage);
-  EXPECT_NE(lastError().find("NCCL_ALGO=NVLS leaves no algorithm for AllReduce"), std::string::npos) << lastError();
-  EXPECT_NE(lastError().find("this build has Ring, Tree, OneShot for it"), std::string::npos) << lastError();
-  setenv("NCCL_ALGO", "^Tree", 1);
-  reloadEnvironment();
-  EXPECT_EQ(ncclAllReduce(&a, &b, 1, ncclFloat, ncclSum, comm, nullptr), ncclSuccess);
-  EXPECT_EQ(b, 1);
+  float a[2] = {5, 7}, b[2] = {0, 0};
+  for (const char* algo : {"NVLS", "^Ring,Tree,OneShot,DirectRead"}) {
+    setenv("NCCL_ALGO", algo, 1);
+    setenv("NCCL_PROTO", "LL128", 1);
+    reloadEnvironment();
+    EXPECT_EQ(ncclAllReduce(a, b, 2, ncclFloat, ncclSum, comm, nullptr), ncclSuccess) << algo << ": " << lastError();
+    EXPECT_EQ(b[0], 5);
+    EXPECT_EQ(b[1], 7);
+    b[0] = b[1] = 0;
+  }
   unsetenv("NCCL_ALGO");
+  unsetenv("NCCL_PROTO");
   reloadEnvironment();
   ncclCommDestroy(comm);
 }
@@ -430,15 +482,21 @@ TEST_P(MultiRank, PointToPointInAnyOrderNeverDeadlocks) {
   auto results = runRanks(GetParam(), 4, [](int rank, int n, const ncclUniqueId& id) -> std::string {
     ncclComm_t comm;
     RANK_NCCL(ncclCommInitRank(&comm, n, id, rank));
-    // Every pair exchanges count = 1000 * (src + 1) + dst ints; odd ranks post in reverse order;
-    // every rank also sends twice to itself and receives in order.
+    // Every pair exchanges count = 1000 * (src + 1) + dst ints, the reference data tagged
+    // (src, dst); odd ranks post in reverse order; every rank also sends twice to itself
+    // and receives in order.
+    auto message = [](int src, int dst, size_t count) {
+      std::vector<int> v(count);
+      verify::fillBuffer(ncclInt32, v.data(), count, [&](size_t i) { return verify::movedValue(src * 16 + dst, i, ncclInt32); });
+      return v;
+    };
     std::vector<std::vector<int>> out(n), in(n);
-    std::vector<int> self1(5, rank), self2(7, rank + 10), got1(5), got2(7);
+    std::vector<int> self1 = message(rank, rank, 5), self2 = message(rank, 64 + rank, 7), got1(5), got2(7);
     RANK_NCCL(ncclGroupStart());
     for (int k = 0; k < n; ++k) {
       int p = rank % 2 ? n - 1 - k : k;
       if (p == rank) continue;
-      out[p].assign(1000 * (rank + 1) + p, rank * 100 + p);
+      out[p] = message(rank, p, 1000 * (rank + 1) + p);
       in[p].assign(1000 * (p + 1) + rank, -1);
       RANK_NCCL(ncclRecv(in[p].data(), in[p].size(), ncclInt32, p, comm, nullptr));
       RANK_NCCL(ncclSend(out[p].data(), out[p].size(), ncclInt32, p, comm, nullptr));
@@ -448,19 +506,25 @@ TEST_P(MultiRank, PointToPointInAnyOrderNeverDeadlocks) {
     RANK_NCCL(ncclRecv(got1.data(), 5, ncclInt32, rank, comm, nullptr));
     RANK_NCCL(ncclRecv(got2.data(), 7, ncclInt32, rank, comm, nullptr));
     RANK_NCCL(ncclGroupEnd());
-    for (int p = 0; p < n; ++p)
-      for (int v : in[p])
-        if (v != p * 100 + rank) return "wrong value from rank " + std::to_string(p);
+    for (int p = 0; p < n; ++p) {
+      if (p == rank) continue;
+      std::vector<int> want = message(p, rank, in[p].size());
+      std::string e = verify::compareBuffers(ncclInt32, in[p].data(), want.data(), want.size(), "from rank " + std::to_string(p));
+      if (!e.empty()) return e;
+    }
     if (got1 != self1 || got2 != self2) return "self send/recv out of order";
     // Ring shift of a large buffer, several times on the same connections.
-    std::vector<float> s(1 << 20), r(1 << 20);
+    std::vector<float> s(1 << 20), r(1 << 20), want(1 << 20);
     for (int it = 0; it < 3; ++it) {
-      std::iota(s.begin(), s.end(), static_cast<float>(rank * 7 + it));
+      verify::fillBuffer(ncclFloat32, s.data(), s.size(), [&](size_t i) { return verify::movedValue(rank, i + it * s.size(), ncclFloat32); });
       RANK_NCCL(ncclGroupStart());
       RANK_NCCL(ncclSend(s.data(), s.size(), ncclFloat, (rank + 1) % n, comm, nullptr));
       RANK_NCCL(ncclRecv(r.data(), r.size(), ncclFloat, (rank + n - 1) % n, comm, nullptr));
       RANK_NCCL(ncclGroupEnd());
-      if (r[12345] != static_cast<float>(((rank + n - 1) % n) * 7 + it + 12345)) return "ring shift wrong";
+      int prev = (rank + n - 1) % n;
+      verify::fillBuffer(ncclFloat32, want.data(), want.size(), [&](size_t i) { return verify::movedValue(prev, i + it * want.size(), ncclFloat32); });
+      std::string e = verify::compareBuffers(ncclFloat32, r.data(), want.data(), r.size(), "ring shift " + std::to_string(it));
+      if (!e.empty()) return e;
     }
     ncclCommDestroy(comm);
     return "";

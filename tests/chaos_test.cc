@@ -1,4 +1,4 @@
-// The chaos matrix on one host (issue 16): a rank is killed (SIGKILL) or frozen
+// The chaos matrix on one host: a rank is killed (SIGKILL) or frozen
 // (SIGSTOP) during init, during each collective, inside a group, during split
 // and during destroy; the bootstrap root's process is killed after and during
 // init. Every surviving rank must return an error naming the failed rank (or the

@@ -73,7 +73,7 @@ std::string reduceCase(ncclComm_t comm, int rank, int n, const char* coll, ncclD
   bool rs = strcmp(coll, "ReduceScatter") == 0;
   size_t es = dtypeSize(type);
   size_t inCount = rs ? count * n : count;
-  auto input = makeBuffer(type, inCount, [&](size_t i) { return inputValue(rank, i, type, op); });
+  auto input = makeBuffer(type, inCount, [&](size_t i) { return inputValue(n, rank, i, type, op); });
   auto expected = makeBuffer(type, count, [&](size_t i) { return reducedValue(n, rs ? rank * count + i : i, type, op); });
   std::vector<char> out(inCount * es + 1, 0x5a);
   char* recv = inPlace ? input.data() + (rs ? rank * count * es : 0) : out.data();

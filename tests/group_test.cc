@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "harness/ranks.h"
+#include "verify/reference.h"
 
 namespace strata::test {
 namespace {
@@ -104,8 +105,10 @@ TEST(Group, OneThreadDrivesSeveralCommunicators) {
   constexpr int n = 4;
   ncclComm_t comms[n];
   ASSERT_EQ(ncclCommInitAll(comms, n, nullptr), ncclSuccess);
-  std::vector<std::vector<int>> in(n, std::vector<int>(100000)), out(n, std::vector<int>(100000 * n));
-  for (int r = 0; r < n; ++r) std::iota(in[r].begin(), in[r].end(), r);
+  constexpr size_t count = 100000;
+  std::vector<std::vector<int>> in(n, std::vector<int>(count)), out(n, std::vector<int>(count * n));
+  for (int r = 0; r < n; ++r)
+    verify::fillBuffer(ncclInt32, in[r].data(), count, [&](size_t i) { return verify::inputValue(n, r, i, ncclInt32, verify::TestOp::kSum); });
   ASSERT_EQ(ncclGroupStart(), ncclSuccess);
   for (int r = 0; r < n; ++r) {
     ASSERT_EQ(ncclAllReduce(in[r].data(), in[r].data(), in[r].size(), ncclInt32, ncclSum, comms[r], nullptr),
@@ -113,9 +116,12 @@ TEST(Group, OneThreadDrivesSeveralCommunicators) {
     ASSERT_EQ(ncclAllGather(in[r].data(), out[r].data(), in[r].size(), ncclInt32, comms[r], nullptr), ncclSuccess);
   }
   ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  std::vector<int> sum(count), gathered(count * n);  // every rank gathers the sums (the all-gather follows the all-reduce)
+  verify::fillBuffer(ncclInt32, sum.data(), count, [&](size_t i) { return verify::reducedValue(n, i, ncclInt32, verify::TestOp::kSum); });
+  for (int q = 0; q < n; ++q) std::copy(sum.begin(), sum.end(), gathered.begin() + q * count);
   for (int r = 0; r < n; ++r) {
-    EXPECT_EQ(in[r][10], 4 * 10 + 6);
-    EXPECT_EQ(out[r][3 * 100000 + 10], 4 * 10 + 6);
+    EXPECT_EQ(verify::compareBuffers(ncclInt32, in[r].data(), sum.data(), count, "all-reduce"), "") << "rank " << r;
+    EXPECT_EQ(verify::compareBuffers(ncclInt32, out[r].data(), gathered.data(), count * n, "all-gather"), "") << "rank " << r;
   }
   // Communicators initialised one by one inside a group from a single thread, as nccl-tests does.
   ncclUniqueId id;

@@ -174,7 +174,7 @@ TEST(KeptCallLog, SaysWhichCallsPlannedAndWhichRanKept) {
     }
     EXPECT_EQ(said,
               "ncclAllReduce OneShot/LL, planned\nncclAllReduce OneShot/LL, kept\nncclAllReduce OneShot/LL, kept\n"
-              "ncclAllGather Ring/Simple, planned\nncclAllGather Ring/Simple, kept\n"
+              "ncclAllGather OneShot/LL, planned\nncclAllGather OneShot/LL, kept\n"
               "ncclAllReduce OneShot/Simple, planned\nncclAllReduce OneShot/Simple, planned\n");
   }
   EXPECT_EQ(ranks, 2);

@@ -172,6 +172,8 @@ struct ConnectRequest {
   const PeerInfo* peer = nullptr;
   size_t slotBytes = 0;
   int slots = 0;
+  uint64_t link = 0;   // regions: the link's id, which names what the region is for
+  uint64_t scope = 0;  // regions: this rank's connection pool, unique in the process
 };
 
 // Memory the receiver owns and the sender maps, for protocols that store data

@@ -2,7 +2,7 @@
 // GPUs of a node as one kernel on the caller's stream, no host in the loop
 // (device/kernel_p2p.h has the protocol): Megatron's pipeline sends and receives
 // need no proxy thread, run under CUDA_DEVICE_MAX_CONNECTIONS=1, and can be
-// captured in CUDA graphs. One rank per GPU, as DeviceOneShot (same reasons).
+// captured in CUDA graphs. One rank per GPU, as DeviceRing and DeviceMesh (same reasons).
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -20,7 +20,7 @@ namespace {
 
 using device::KernelP2p;
 
-constexpr double kLaunchUs = 4.0;  // as DeviceOneShot's (estimates, docs/topology.md)
+constexpr double kLaunchUs = 4.0;  // a launch (estimates, docs/topology.md)
 constexpr double kChunkUs = 1.0;   // a flag per chunk, mostly hidden behind the next chunk's copy
 constexpr uint64_t kRegion = linkId("device.p2p");
 
@@ -78,10 +78,15 @@ class DeviceP2p final : public Algorithm {
     if (!batch || batch->launched) state->open = batch = newBatch(l, *state);
     bool send = op.kind == CollectiveOp::Kind::kSend;
     char* buf = send ? const_cast<char*>(static_cast<const char*>(op.sendbuff)) : static_cast<char*>(op.recvbuff);
-    STRATA_REQUIRE(op.root >= 0 && op.root < l.nranks && op.root != l.rank, ncclInvalidArgument,
-                   "%s: rank %d: peer %d is not another rank of this communicator of %d", op.fn, l.rank, op.root,
-                   l.nranks);
-    batch->ops.push_back({op.root, send, buf, op.count * device::dtypeSize(op.type)});
+    STRATA_REQUIRE(op.root >= 0 && op.root < l.nranks, ncclInvalidArgument,
+                   "%s: rank %d: peer %d is not a rank of this communicator of %d", op.fn, l.rank, op.root, l.nranks);
+    size_t bytes = op.count * device::dtypeSize(op.type);
+    if (op.root == l.rank) {  // to itself: a copy on the stream, its send and receive met in call order
+      if (send) ctx.selfSend(op.fn, buf, bytes);
+      else ctx.selfRecv(op.fn, buf, bytes);
+      return;
+    }
+    batch->ops.push_back({op.root, send, buf, bytes});
     batch->room = kernelRoom(ctx);
     ctx.addTask({kRegion, 0}, [batch, fn = op.fn, stream = ctx.deviceStream(), dev = ctx.device(), state](Links& ln) {
       KernelP2p& k = batch->base;

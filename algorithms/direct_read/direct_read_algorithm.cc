@@ -5,8 +5,8 @@
 // writes 2S (its output and its successor's) and the chain waits chunk by chunk.
 // All-gather: the same bytes as the ring's, but in one step instead of a chain of
 // n - 1 in which a rank waits for its predecessor's copy before it can start its
-// own (on 4 processes on 2 cores, 1.05-1.36x the ring from 1 MiB up;
-// docs/perf.md). Where a pair has no one-sided reads (the kernel forbids CMA) the
+// own (docs/perf.md, "Large ring writes through the slots": the figures by size
+// and rank count, and why it is not preferred from 32 MiB). Where a pair has no one-sided reads (the kernel forbids CMA) the
 // same transfers go through the slots.
 #include "algorithms/algorithm.h"
 #include "algorithms/common/cost_model.h"

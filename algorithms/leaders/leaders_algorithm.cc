@@ -80,8 +80,9 @@ class Leaders final : public Algorithm {
             s->to[k] = &ln.send({leaders[k], leaderId});
             s->from[k] = &ln.recv({leaders[k], leaderId});
           }
+        one_shot::Exchange x{Collective::kAllReduce, node, N, 0, op.count, device::dtypeSize(op.type)};
         tasks[0].push_back(one_shot::makeOneShotTask(
-            {op.fn, node, recv, recv, op.count, op.type, across, &s->to, &s->from, scratch, scratchBytes}));
+            {op.fn, x, recv, recv, op.type, across, &s->to, &s->from, scratch, scratchBytes}));
       }
       if (several)
         tasks[0].push_back(ring::makeRingTask({op.fn, rank, nr.prev, nr.next, bcast, recv, recv, op.type,

@@ -1,10 +1,15 @@
-// One-shot all-reduce for small messages: every rank sends its (pre-multiplied)
-// input to every peer and reduces the n contributions itself in rank order, over
-// a mesh of small FIFOs (Simple) or, where every rank maps every other's memory,
-// over flag-tagged words stored straight into the peers' regions (LL).
+// One-shot collectives for small messages: every rank sends each peer its
+// contribution to that peer's result (its pre-multiplied input for an all-reduce,
+// piece j for rank j of a reduce-scatter, its piece of an all-gather; a broadcast's
+// root to every rank, a reduce's ranks to the root) and finishes its own result from
+// what arrives, reducing in rank order, over a mesh of small FIFOs (Simple) or, where
+// every rank maps every other's memory, over flag-tagged words stored straight into
+// the peers' regions (LL). So every collective the ring serves has an LL protocol
+// on one host, as NCCL's ring has (NCCL_PROTO=LL).
 #include "algorithms/algorithm.h"
 #include "algorithms/common/cost_model.h"
 #include "algorithms/one_shot/one_shot_task.h"
+#include "device/dtypes.h"
 
 namespace strata::algorithms::one_shot {
 namespace {
@@ -13,6 +18,7 @@ namespace {
 constexpr size_t kMeshSlotBytes = 64 << 10;
 constexpr int kMeshSlots = 4;
 constexpr size_t kLlRegionBytes = 2 * kLlWordsPerSlot * sizeof(uint64_t);
+constexpr size_t kPreferredBytes = 1 << 20;
 
 // Per communicator: this rank's prepared input (Simple), and the LL rounds.
 struct OneShotState {
@@ -25,21 +31,28 @@ struct OneShotState {
 class OneShot final : public Algorithm {
  public:
   const char* name() const override { return "OneShot"; }
-  bool serves(Collective c) const override { return c == Collective::kAllReduce; }
+  bool serves(Collective c) const override { return traits(c).scheduled; }
+  // The small-message algorithm: past kPreferredBytes it moves n - 1 copies where a
+  // ring or a direct read moves one, and is taken only if NCCL_ALGO leaves nothing else.
+  bool preferred(const TuneRequest& r) const override { return r.bytes <= kPreferredBytes; }
   std::vector<Protocol> protocols() const override { return {Protocol::kSimple, Protocol::kLL}; }
 
-  // One hop, but every rank writes its input to n-1 peers and reads n-1 inputs back,
-  // so it moves (n-1) x bytes each way; across nodes a node link carries L x (n - L)
-  // copies, and each network message costs its system calls. LL skips the FIFO
-  // handshake (a fifth of the hop latency, measured) and doubles the bytes.
+  // One hop. An all-reduce rank writes its input to n-1 peers and reads n-1 inputs
+  // back, (n-1) x bytes each way; a reduce-scatter or all-gather rank moves (n-1)/n of
+  // the bytes each way; a broadcast's root writes, and a reduce's root reads, n-1
+  // copies. Across nodes a node link carries L x (n - L) of those messages, and each
+  // costs its system calls. LL skips the FIFO handshake (a fifth of the hop latency,
+  // measured) and doubles the bytes.
   double costUs(const TuneRequest& r, Protocol p) const override {
     int n = r.nranks;
+    double share = r.coll == Collective::kReduceScatter || r.coll == Collective::kAllGather ? 1.0 / n : 1.0;
+    double perMessage = r.bytes * share;
     if (r.nodes > 1) {
       double L = averageRanksPerNode(r);
       double messages = (n - L) * r.net.latencyUs * kNetMessageHops + (L - 1) * r.intra.latencyUs;
-      return r.net.latencyUs + messages + transferUs(L * (n - L) * r.bytes, r.net);
+      return r.net.latencyUs + messages + transferUs(L * (n - L) * perMessage, r.net);
     }
-    double bytes = 2.0 * (n > 1 ? n - 1 : 0) * r.bytes * (p == Protocol::kLL ? 2 : 1);
+    double bytes = 2.0 * (n > 1 ? n - 1 : 0) * perMessage * (p == Protocol::kLL ? 2 : 1);
     double latency = r.intra.latencyUs * (p == Protocol::kLL ? 0.2 : 1.0);
     return latency + transferUs(bytes, r.intra);
   }
@@ -56,13 +69,14 @@ class OneShot final : public Algorithm {
       if (ll) ctx.needRegion({j, llId}, kLlRegionBytes);
     }
     OneShotState& state = ctx.state<OneShotState>();
-    OneShotArgs args{op.fn, l.rank, static_cast<const char*>(op.sendbuff), static_cast<char*>(op.recvbuff), op.count,
+    Exchange x{op.coll, l.rank, n, op.root, op.count, device::dtypeSize(op.type)};
+    OneShotArgs args{op.fn, x, static_cast<const char*>(op.sendbuff), static_cast<char*>(op.recvbuff),
                      op.type, op.op, &state.to, &state.from, state.scratch.data(), state.scratch.size()};
     ctx.addTask({mesh, 0}, [args, n, ll, s = &state](Links& ln) mutable {
       s->to.assign(n, nullptr);  // the same links every call: no allocation after the first
       s->from.assign(n, nullptr);
       for (int j = 0; j < n; ++j)
-        if (j != args.rank) {
+        if (j != args.x.rank) {
           s->to[j] = &ln.send({j, mesh});
           s->from[j] = &ln.recv({j, mesh});
         }
@@ -71,9 +85,9 @@ class OneShot final : public Algorithm {
       llMesh->in.assign(n, nullptr);
       llMesh->out.assign(n, nullptr);
       llMesh->outBells.assign(n, nullptr);
-      llMesh->staging.resize(n * kLlWordsPerSlot * 4);
+      llMesh->staging.resize((n + 1) * kLlWordsPerSlot * 4);
       for (int j = 0; j < n; ++j)
-        if (j != args.rank) {
+        if (j != args.x.rank) {
           llMesh->in[j] = static_cast<const uint64_t*>(ln.regionIn({j, llId}).data);
           transport::SharedRegion& out = ln.regionOut({j, llId});
           llMesh->out[j] = static_cast<uint64_t*>(out.data);

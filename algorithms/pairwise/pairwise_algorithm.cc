@@ -8,6 +8,7 @@
 #include "algorithms/common/local_copy.h"
 #include "algorithms/pairwise/p2p_plan.h"
 #include "algorithms/pairwise/p2p_task.h"
+#include "base/mutation.h"
 #include "device/dtypes.h"
 
 namespace strata::algorithms::pairwise {
@@ -85,8 +86,15 @@ void planAllToAll(PlanContext& ctx, const char* fn, const char* src, char* dst, 
     ctx.workedWhilePlanning();
     src = copy;
   }
+  const int stays = mutated(Mutation::kAllToAllUntransposed) ? (r + 1) % n : -1;
   for (int j = 0; j < n; ++j) {
     if (j == r) continue;
+    if (j == stays) {  // the mutation stage's fault: the block for j stays, j's block goes nowhere
+      addSend(ctx, fn, src + j * piece, piece, j);
+      addRecv(ctx, fn, ctx.scratch(piece), piece, j);
+      addLocalCopy(ctx, fn, dst + j * piece, src + j * piece, piece);
+      continue;
+    }
     // Not marked balanced: its one-sided writes through the slots wait for the
     // receiver's offer first, and took 1.03-1.18x CMA's time at 2 ranks, 512 KiB-2 MiB
     // (docs/perf.md, "Exchanges through the slots from 256 KiB").
@@ -121,12 +129,19 @@ class Pairwise final : public Algorithm {
       case Collective::kAllToAll:
         planAllToAll(ctx, op.fn, src, dst, piece);
         break;
-      case Collective::kGather:
+      case Collective::kGather: {
         if (r != op.root) return addSend(ctx, op.fn, src, piece, op.root);
+        // The mutation stage's fault: the pieces of the root's next two ranks change places.
+        auto place = [&](int j) {
+          int a = (r + 1) % n, b = (r + 2) % n;
+          if (!mutated(Mutation::kGatherSwap) || n < 2) return j;
+          return j == a ? b : j == b ? a : j;
+        };
         for (int j = 0; j < n; ++j)
-          if (j != r) addRecv(ctx, op.fn, dst + j * piece, piece, j);
-        addLocalCopy(ctx, op.fn, dst + r * piece, src, piece);
+          if (j != r) addRecv(ctx, op.fn, dst + place(j) * piece, piece, j);
+        addLocalCopy(ctx, op.fn, dst + place(r) * piece, src, piece);
         break;
+      }
       default:  // scatter: the receivers read their pieces out of the root's buffer
         if (r != op.root) return addRecv(ctx, op.fn, dst, piece, op.root, {.fanOut = true});
         for (int j = 0; j < n; ++j)

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "base/mutation.h"
+
 namespace strata::algorithms {
 
 static size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
@@ -93,6 +95,10 @@ RingStep RingSchedule::allReduceStep(size_t loop, int k) const {
   size_t inRegion = p_.length > segStart ? p_.length - segStart : 0;
   s.count = std::min(inSeg, inRegion);
   s.srcOffset = s.dstOffset = p_.begin + segStart;
+  if (mutated(Mutation::kRingChunkShift) && s.writeOut && !s.reduceLocal) {  // the all-gather half, misplaced
+    size_t shifted = ((j + 1) % static_cast<size_t>(n)) * segLen_ + o;
+    if (shifted + s.count <= p_.length) s.dstOffset = p_.begin + shifted;
+  }
   return s;
 }
 
@@ -112,7 +118,8 @@ RingStep RingSchedule::segmentedStep(size_t loop, int k) const {
     s.reduceLocal = s.final = rs;
   }
   // Reduce-scatter ends with chunk `pos` at this rank; all-gather starts from it.
-  size_t j = static_cast<size_t>(chunkIndex(rs ? -1 - k : -k));
+  bool rotate = rs && mutated(Mutation::kReduceScatterRotate);  // ends with chunk pos + 1
+  size_t j = static_cast<size_t>(chunkIndex(rs && !rotate ? -1 - k : -k));
   size_t o = loop * p_.chunk;
   s.count = p_.length > o ? std::min(p_.chunk, p_.length - o) : 0;
   if (p_.order) j = static_cast<size_t>(p_.order[j]);

@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "base/mutation.h"
 #include "algorithms/tree/tree_task.h"
 #include "device/dtypes.h"
 
@@ -74,6 +75,8 @@ class TreeTask final : public Task {
       else
         device::reduce(target, in[c], target, count, a_.type, plain_);
     }
+    if (!a_.children.empty() && mutated(Mutation::kTreeChildTwice))  // the mutation stage's fault
+      device::reduce(target, in[0], target, count, a_.type, plain_);
     if (a_.parent < 0) device::finalize(target, count, a_.type, a_.op);
     if (a_.parent >= 0) a_.toParent->post(bytes);
     for (auto* from : a_.fromChildren) from->release();

@@ -50,8 +50,8 @@ class AllReduce final : public PerfColl {
   ncclResult_t call(const CallArgs& a) const override {
     return ncclAllReduce(a.send, a.recv, a.count, a.type, a.op, a.comm, static_cast<cudaStream_t>(a.stream));
   }
-  double input(int rank, int, size_t i, ncclDataType_t t, ncclRedOp_t op, const Counts&) const override {
-    return verify::inputValue(rank, i, t, testOp(op));
+  double input(int rank, int n, int, size_t i, ncclDataType_t t, ncclRedOp_t op, const Counts&) const override {
+    return verify::inputValue(n, rank, i, t, testOp(op));
   }
   bool expected(int, int n, int, size_t i, ncclDataType_t t, ncclRedOp_t op, const Counts&, double* v) const override {
     *v = verify::reducedValue(n, i, t, testOp(op));
@@ -65,8 +65,8 @@ class Reduce final : public PerfColl {
   ncclResult_t call(const CallArgs& a) const override {
     return ncclReduce(a.send, a.recv, a.count, a.type, a.op, a.root, a.comm, static_cast<cudaStream_t>(a.stream));
   }
-  double input(int rank, int, size_t i, ncclDataType_t t, ncclRedOp_t op, const Counts&) const override {
-    return verify::inputValue(rank, i, t, testOp(op));
+  double input(int rank, int n, int, size_t i, ncclDataType_t t, ncclRedOp_t op, const Counts&) const override {
+    return verify::inputValue(n, rank, i, t, testOp(op));
   }
   bool expected(int rank, int n, int root, size_t i, ncclDataType_t t, ncclRedOp_t op, const Counts&,
                 double* v) const override {
@@ -81,8 +81,8 @@ class ReduceScatter final : public PerfColl {
   ncclResult_t call(const CallArgs& a) const override {
     return ncclReduceScatter(a.send, a.recv, a.count, a.type, a.op, a.comm, static_cast<cudaStream_t>(a.stream));
   }
-  double input(int rank, int, size_t i, ncclDataType_t t, ncclRedOp_t op, const Counts&) const override {
-    return verify::inputValue(rank, i, t, testOp(op));
+  double input(int rank, int n, int, size_t i, ncclDataType_t t, ncclRedOp_t op, const Counts&) const override {
+    return verify::inputValue(n, rank, i, t, testOp(op));
   }
   bool expected(int rank, int n, int, size_t i, ncclDataType_t t, ncclRedOp_t op, const Counts& c,
                 double* v) const override {
@@ -97,7 +97,7 @@ class AllGather final : public PerfColl {
   ncclResult_t call(const CallArgs& a) const override {
     return ncclAllGather(a.send, a.recv, a.count, a.type, a.comm, static_cast<cudaStream_t>(a.stream));
   }
-  double input(int rank, int, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts&) const override {
+  double input(int rank, int, int, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts&) const override {
     return movedValue(rank, i, t);
   }
   bool expected(int, int, int, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts& c, double* v) const override {
@@ -112,7 +112,7 @@ class Broadcast final : public PerfColl {
   ncclResult_t call(const CallArgs& a) const override {
     return ncclBroadcast(a.send, a.recv, a.count, a.type, a.root, a.comm, static_cast<cudaStream_t>(a.stream));
   }
-  double input(int rank, int root, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts&) const override {
+  double input(int rank, int, int root, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts&) const override {
     return rank == root ? movedValue(root, i, t) : 0;
   }
   bool expected(int, int, int root, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts&, double* v) const override {
@@ -127,7 +127,7 @@ class AllToAll final : public PerfColl {
   ncclResult_t call(const CallArgs& a) const override {
     return ncclAlltoAll(a.send, a.recv, a.count, a.type, a.comm, static_cast<cudaStream_t>(a.stream));
   }
-  double input(int rank, int, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts& c) const override {
+  double input(int rank, int, int, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts& c) const override {
     return movedValue(rank * 64 + static_cast<int>(i / c.count), i % c.count, t);  // tagged (sender, piece)
   }
   bool expected(int rank, int, int, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts& c,
@@ -147,7 +147,7 @@ class SendRecv final : public PerfColl {
     ncclResult_t e = ncclGroupEnd();
     return r != ncclSuccess ? r : s != ncclSuccess ? s : e;
   }
-  double input(int rank, int, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts&) const override {
+  double input(int rank, int, int, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts&) const override {
     return movedValue(rank, i, t);
   }
   bool expected(int rank, int n, int, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts&,
@@ -163,7 +163,7 @@ class Gather final : public PerfColl {
   ncclResult_t call(const CallArgs& a) const override {
     return ncclGather(a.send, a.recv, a.count, a.type, a.root, a.comm, static_cast<cudaStream_t>(a.stream));
   }
-  double input(int rank, int, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts&) const override {
+  double input(int rank, int, int, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts&) const override {
     return movedValue(rank, i, t);
   }
   bool expected(int rank, int, int root, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts& c,
@@ -179,7 +179,7 @@ class Scatter final : public PerfColl {
   ncclResult_t call(const CallArgs& a) const override {
     return ncclScatter(a.send, a.recv, a.count, a.type, a.root, a.comm, static_cast<cudaStream_t>(a.stream));
   }
-  double input(int rank, int root, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts&) const override {
+  double input(int rank, int, int root, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts&) const override {
     return rank == root ? movedValue(root, i, t) : 0;
   }
   bool expected(int rank, int, int root, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts& c,

@@ -55,7 +55,7 @@ class PerfColl {
   size_t inPlaceRecvOffset(const Counts& c, int rank) const { return strata::inPlaceRecvOffset(coll_, c.count, rank); }
   // The value of input element i on `rank`, and the expected output element i
   // (false when this rank's output is not defined, e.g. a reduce's non-root).
-  virtual double input(int rank, int root, size_t i, ncclDataType_t type, ncclRedOp_t op,
+  virtual double input(int rank, int nranks, int root, size_t i, ncclDataType_t type, ncclRedOp_t op,
                        const Counts& c) const = 0;
   virtual bool expected(int rank, int nranks, int root, size_t i, ncclDataType_t type, ncclRedOp_t op,
                         const Counts& c, double* value) const = 0;

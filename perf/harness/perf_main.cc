@@ -217,7 +217,7 @@ size_t Runner::checkCase(std::vector<Slot>& slots, const Case& c) {
     sendRecvPtrs(s, c, &send, &recv);
     clear(s, s.recv, slotBytes_);
     fill(s, const_cast<void*>(send), k.sendCount * es, verify::makeBuffer(c.type, k.sendCount, [&](size_t i) {
-           return coll_.input(s.rank, c.root, i, c.type, c.op, k);
+           return coll_.input(s.rank, nranks_, c.root, i, c.type, c.op, k);
          }));
   }
   if (!issue(slots, c, 1)) return 0;

@@ -181,6 +181,9 @@ Config Config::parse(const std::function<const char*(const char*)>& lookup) {
   p.flag("STRATA_GPU_SIM_JITTER", &c.gpuSimJitter);
   p.flag("STRATA_GPU_SIM_WEAK", &c.gpuSimWeak);
   p.integer("STRATA_GPU_SIM_BLOCKS", &c.gpuSimBlocks, 1, 1 << 20);
+  p.integer("STRATA_GPU_SIM_THREADS", &c.gpuSimThreads, 1, 64);
+  p.integer("STRATA_GPU_SIM_CHANNELS", &c.gpuSimChannels, 1, 32);
+  p.positive("STRATA_DEVICE_TIMEOUT", &c.deviceTimeoutSec, "seconds");
   p.integer("CUDA_DEVICE_MAX_CONNECTIONS", &c.cudaMaxConnections, 1, 32);
   p.str("STRATA_PRESET_DIR", &c.presetDir);
   p.str("NCCL_TOPO_FILE", &c.topoFile);
@@ -204,6 +207,7 @@ Config Config::parse(const std::function<const char*(const char*)>& lookup) {
   p.integer("NCCL_IB_PCI_RELAXED_ORDERING", &c.ibPciRelaxedOrdering, 0, 2);
   p.str("NCCL_NET_GDR_LEVEL", &c.netGdrLevel);
   p.str("STRATA_IBVERBS_LIB", &c.ibverbsLib);
+  p.str("STRATA_MUTATION", &c.mutation);
   if (c.minChannels > c.maxChannels) {
     c.warnings.push_back(format("NCCL_MIN_NCHANNELS=%d exceeds NCCL_MAX_NCHANNELS=%d; using %d", c.minChannels,
                                 c.maxChannels, c.maxChannels));

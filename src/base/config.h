@@ -69,6 +69,11 @@ struct Config {
   bool gpuSimJitter = false;                // STRATA_GPU_SIM_JITTER=1: simulated kernels pause at random between steps
   bool gpuSimWeak = false;                  // STRATA_GPU_SIM_WEAK=1: simulated kernels publish stores to peers only at fences
   int gpuSimBlocks = 528;                   // STRATA_GPU_SIM_BLOCKS: blocks a simulated GPU holds at once (an H200's 132 SMs x 4)
+  int gpuSimThreads = 2;                    // STRATA_GPU_SIM_THREADS: host threads per block of a simulated pipelined kernel
+  int gpuSimChannels = 4;                   // STRATA_GPU_SIM_CHANNELS: most channels (blocks) of a pipelined kernel on a
+                                            //   simulated GPU (a block is host threads: a few keep tests quick)
+  double deviceTimeoutSec = 0;              // STRATA_DEVICE_TIMEOUT: seconds a pipelined kernel's wait may last (0: no
+                                            //   bound, as NCCL's kernels; the stop word and peers' failures end waits)
   int spinCount = 2000;                     // STRATA_SPIN: polls before a waiting rank yields, then sleeps
   std::string netPlugin;                    // NCCL_NET_PLUGIN: net plugins to load (name, file, path; comma list;
   bool netPluginSet = false;                //   "none"); unset: libnccl-net.so if there is one
@@ -86,6 +91,8 @@ struct Config {
   int ibPciRelaxedOrdering = 2;             // NCCL_IB_PCI_RELAXED_ORDERING: 0 off, 1 on, 2 where supported
   std::string netGdrLevel;                  // NCCL_NET_GDR_LEVEL: worst path for GPUDirect RDMA (LOC..SYS; unset PXB)
   std::string ibverbsLib = "libibverbs.so.1";  // STRATA_IBVERBS_LIB: the verbs library (tests: the emulator)
+  std::string mutation;                     // STRATA_MUTATION: a deliberate fault (base/mutation.h); read only by
+                                            //   builds with STRATA_MUTATIONS=ON (the tests' build), else refused
 
   std::vector<std::string> warnings;        // problems met while parsing; logged once logging is up
   std::vector<std::string> confFiles;       // NCCL configuration files read (NCCL_CONF_FILE, ~/.nccl.conf, /etc/nccl.conf)

@@ -22,6 +22,7 @@ struct PeerInfo {
   int numaNode = 0;          // the NUMA domain it runs on: ranks of a node are ringed in NUMA order
   char busId[16] = {};       // its GPU's PCI bus id ("0000:07:00.0"), empty without one
   int kernelBlocks = 0;      // blocks of device-driven kernels its GPU runs at once (0: none)
+  int pipeChannels = 0;      // most channels of a pipelined kernel on its GPU (0: none)
   char railName[32] = {};    // the NIC port nearest it in the topology ("mlx5_0"): its network device
   char railBusId[16] = {};   // that NIC's PCI bus id, for networks that name devices otherwise
   int railPort = 0;          // that NIC's port (two-port HCAs), 0 when the topology does not say

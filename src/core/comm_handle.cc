@@ -64,14 +64,17 @@ bool waitForCalls(ncclComm* h, const char* fn) {
 // STRATA_TIMEOUT to finish, or, when aborting, a second.
 void finish(ncclComm* h, bool aborting) {
   joinInit(h);
+  bool workDone = false;
   if (h->impl && !aborting) {
     try {
       h->impl->waitStreamWork("ncclCommDestroy");  // the work its calls enqueued on their streams
+      workDone = true;
     } catch (const Error& e) {
       STRATA_WARN(h->rank, "%s; destroying the communicator anyway", e.what());
     }
   }
   if (h->impl) h->impl->releaseDevice(aborting ? 1.0 : config().timeoutSec);
+  if (h->impl) h->impl->releaseSharedDeviceMemory(workDone);
   h->impl.reset();
   std::lock_guard<std::mutex> lock(gMutex);
   live().erase(h);

@@ -4,6 +4,7 @@
 
 #include "base/config.h"
 #include "base/error.h"
+#include "device/gpu.h"
 
 namespace strata::core {
 
@@ -60,7 +61,13 @@ void CommPlan::matchSelfCopies() {
     STRATA_REQUIRE(s.bytes == r.bytes, ncclInvalidUsage,
                    "%s: rank %d sends %zu bytes to itself but its matching receive expects %zu", s.fn, comm_.rank(),
                    s.bytes, r.bytes);
-    if (s.ptr != r.ptr) memmove(r.ptr, s.ptr, s.bytes);
+    if (s.ptr == r.ptr || s.bytes == 0) continue;
+    // Device buffers of a stream-ordered group: a copy on its stream (captured with it,
+    // ordered with its kernels); host buffers, staged ones included: at once.
+    if (deviceStream_ && device::isDevicePointer(r.ptr) && device::isDevicePointer(s.ptr))
+      device::copyAsync(r.ptr, s.ptr, s.bytes, deviceStream_);
+    else
+      memmove(r.ptr, s.ptr, s.bytes);
   }
   bool extraRecv = selfRecvs_.size() > pairs;
   STRATA_REQUIRE(selfSends_.size() == selfRecvs_.size(), ncclInvalidUsage,

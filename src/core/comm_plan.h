@@ -36,6 +36,7 @@ class CommPlan final : public algorithms::PlanContext, public algorithms::Links 
   uint64_t commId() const override { return comm_.magic(); }
   std::shared_ptr<Doorbell> doorbell() override { return comm_.sharedBell(); }
   int kernelBlocks() const override { return comm_.kernelBlocks(); }
+  int pipeChannels() const override { return comm_.pipeChannels(); }
   using PlanContext::linkCapabilities;
   size_t putBytes() const override;
   bool waitsForEarlier() const override { return order_.waits(op_); }

@@ -12,6 +12,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/mutation.h"
 #include "base/shm_segment.h"
 #include "core/comm_plan.h"
 #include "core/communicator.h"
@@ -96,12 +97,17 @@ bool gdrAllowed(const topology::System& sys, int gpu, int nic, int rank) {
 PeerInfo Communicator::describeSelf(int rank, const CommOptions& opts, std::shared_ptr<Doorbell>* bell) {
   static std::once_flag sweep;
   std::call_once(sweep, removeStaleSegments);
+  STRATA_REQUIRE(!*mutationProblem(), ncclInvalidUsage, "rank %d: %s", rank, mutationProblem());
+  if (activeMutation() != Mutation::kNone)
+    STRATA_WARN(rank, "STRATA_MUTATION=%s: a deliberate fault is active (the tests' mutation stage)",
+                mutationName(activeMutation()));
   PeerInfo self;
   self.rank = rank;
   self.pid = getpid();
   self.device = opts.device;
   copyString(self.busId, sizeof(self.busId), device::gpuBusId(opts.device));
   if (opts.device >= 0) self.kernelBlocks = device::kernelBlocksAtOnce(opts.device);
+  if (opts.device >= 0) self.pipeChannels = device::pipeChannels(opts.device);
   copyString(self.netName, sizeof(self.netName), opts.netName.empty() ? config().netName : opts.netName);
   hashSettings(agreedSettings(opts), &self);
   self.hostHash = hostIdentity(nullptr);
@@ -302,6 +308,8 @@ void Communicator::planNodes() {
     if (p.device < 0 || p.device != peers_[0].device || !p.sameProcess(peers_[0])) b.oneGpuThreads = false;
   kernelBlocks_ = peers_[0].kernelBlocks;  // what every rank's GPU holds: the fewest
   for (const PeerInfo& p : peers_) kernelBlocks_ = std::min(kernelBlocks_, p.kernelBlocks);
+  pipeChannels_ = peers_[0].pipeChannels;
+  for (const PeerInfo& p : peers_) pipeChannels_ = std::min(pipeChannels_, p.pipeChannels);
   b.oneProcess = true;
   for (const PeerInfo& p : peers_) b.oneProcess = b.oneProcess && p.sameProcess(peers_[0]);
   b.sharedMemory = b.nodes == 1 && !staged;

@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "core/device_proxy.h"
+#include "core/device_watch.h"
 #include "core/kept_call.h"
 #include "core/post_office.h"
 #include "device/gpu.h"
@@ -38,8 +39,35 @@ uint32_t* Communicator::deviceWords() {
         STRATA_WARN(-1, "freeing a communicator's device words: %s", e.what());
       }
     });
+    watchDevicePeersLocked();
   }
   return deviceWords_.get();
+}
+
+// Peers in other processes may die while this rank's kernels wait for them, which
+// nothing on the device can tell: device_watch.h.
+void Communicator::watchDevicePeersLocked() {
+  const PeerInfo& self = peer(rank());
+  bool others = false;
+  for (const PeerInfo& p : peers_) others |= !p.sameProcess(self);
+  if (!others) return;
+  DeviceWatched w;
+  w.exitedPeer = [this] {
+    const PeerInfo& me = peer(rank());
+    for (int r = 0; r < nranks(); ++r) {
+      const PeerInfo& p = peer(r);
+      if (p.sameProcess(me)) continue;
+      if ((p.sameHost(me) && !processAlive(p.pid)) || bootstrap_->peerGone(r)) return r;
+    }
+    return -1;
+  };
+  w.stop = [this](int r) {
+    exitedPeer_.store(r);
+    STRATA_WARN(rank(), "rank %d (pid %d) exited: this rank's device-driven kernels that wait for a peer stop, and "
+                "the communicator reports ncclRemoteError", r, peer(r).pid);
+    __atomic_store_n(&deviceWords_.get()[0], 1u, __ATOMIC_RELEASE);
+  };
+  deviceWatch_ = watchDevicePeers(std::move(w));
 }
 
 ncclResult_t Communicator::asyncError() const {
@@ -49,14 +77,23 @@ ncclResult_t Communicator::asyncError() const {
   uint32_t why = failure >> 8;
   int peer = static_cast<int>(failure & 0xff);
   if (!deviceFailureLogged_.exchange(true)) {
-    std::string cause = why == device::KernelColl::kTimedOut
-                            ? format("nothing arrived within STRATA_TIMEOUT=%gs", config().timeoutSec)
-                        : why == device::KernelColl::kSizeMismatch
-                            ? "its send and this rank's receive differ in size (NCCL requires them equal)"
-                            : "the communicator was stopped: " + stopReason();
-    STRATA_WARN(rank(), "a device-driven kernel gave up on rank %d: %s", peer, cause.c_str());
+    using K = device::KernelColl;
+    if (why == K::kPoisoned)
+      STRATA_WARN(rank(), "a device-driven kernel found the communicator failed by rank %d: it stopped without "
+                  "reading or writing anything (no step goes on after a failure)", peer);
+    else
+      STRATA_WARN(rank(), "a device-driven kernel gave up on rank %d: %s", peer,
+                  why == K::kTimedOut ? format("nothing arrived within STRATA_DEVICE_TIMEOUT=%gs (or STRATA_TIMEOUT=%gs "
+                                               "for point-to-point)", config().deviceTimeoutSec, config().timeoutSec)
+                                            .c_str()
+                  : why == K::kSizeMismatch ? "its send and this rank's receive differ in size (NCCL requires them equal)"
+                  : exitedPeer_.load() >= 0 ? format("rank %d (pid %d) exited", exitedPeer_.load(),
+                                                     peers_[exitedPeer_.load()].pid).c_str()
+                                            : ("the communicator was stopped: " + stopReason()).c_str());
   }
-  return why == device::KernelColl::kTimedOut ? ncclRemoteError : ncclInvalidUsage;
+  if (why == device::KernelColl::kSizeMismatch) return ncclInvalidUsage;
+  if (why == device::KernelColl::kStopped && exitedPeer_.load() >= 0) return ncclRemoteError;  // not an abort here
+  return why == device::KernelColl::kStopped ? ncclInvalidUsage : ncclRemoteError;
 }
 
 bool Communicator::deviceCapable(Collective coll, size_t bytes, bool streamOrdered) {
@@ -207,7 +244,38 @@ void Communicator::waitStreamWork(const char* fn) {
        rank(), fn, limit);
 }
 
+void Communicator::releaseSharedDeviceMemory(bool workDone) {
+  if (!pool_ || !bootstrap_) return;
+  std::vector<int> peers = pool_->deviceSharers();
+  if (peers.empty()) return;
+  // Every rank tells its sharers whether it unmapped their memory ("u") or may
+  // still use it ("k"); only when all of them unmapped is this rank's freed.
+  std::string why = "this rank's device work did not finish";
+  if (workDone) pool_->unmapPeerRegions();
+  try {
+    for (int p : peers) bootstrap_->send(p, MsgKind::kTeardown, 0, workDone ? "u" : "k");
+    if (workDone) {
+      for (int p : peers)
+        if (bootstrap_->recv(p, MsgKind::kTeardown, 0) != "u") {
+          why = format("rank %d may still use it", p);
+          workDone = false;
+        }
+      if (workDone) {
+        STRATA_INFO(kSubsysInit, rank(), "teardown: %zu rank(s) of other processes unmapped this rank's device memory",
+                    peers.size());
+        return;
+      }
+    }
+  } catch (const Error& e) {
+    why = e.what();
+  }
+  pool_->keepDeviceRegions();
+  STRATA_WARN(rank(), "teardown: device memory that ranks of other processes map is kept, not freed (%s)",
+              why.c_str());
+}
+
 Communicator::~Communicator() {
+  deviceWatch_.reset();  // before anything its functions read goes
   delete keptCall_.exchange(nullptr);
   delete sparePlan_.exchange(nullptr);
   releaseDevice(0);

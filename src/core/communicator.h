@@ -100,6 +100,7 @@ class Communicator {
   // Blocks of device-driven kernels every rank's GPU runs at once (the fewest any
   // reports; 0 when some rank has none).
   int kernelBlocks() const { return kernelBlocks_; }
+  int pipeChannels() const { return pipeChannels_; }
 
   // The tuner's view of the communicator, and its choice for one operation,
   // remembered for the last few sizes (the configuration, hence NCCL_ALGO /
@@ -126,7 +127,7 @@ class Communicator {
   // Waits for the device operations enqueued so far (none without a proxy).
   void drainDevice(double waitSec = -1);
   // Work the calling thread enqueued on `stream` itself (stream-ordered algorithms:
-  // DeviceOneShot, DeviceP2p, DeviceSelf, DeviceShared) is marked after each call,
+  // DeviceRing, DeviceMesh, DeviceP2p, DeviceSelf, DeviceShared) is marked after each call,
   // so that a later host-buffer operation, ncclCommFinalize and ncclCommDestroy wait
   // for it (waitStreamWork), as they wait for the proxy's jobs.
   // orderStreamWork before the call's work: a stream other than the last marked one
@@ -136,6 +137,13 @@ class Communicator {
   void markStreamWork(void* stream);
   // Bounded by STRATA_TIMEOUT and ended by stop(); throws naming `fn`, the waiting call.
   void waitStreamWork(const char* fn);
+  // At teardown, before the pool goes: device memory that ranks of other processes
+  // map (CUDA IPC) is freed only once they say they unmapped it, since a freed
+  // mapping may be handed out again while a peer's last flag store is still coming.
+  // `workDone`: this rank's work on the stream finished (else its kernels may still
+  // use the peers' memory: nothing is unmapped). A peer that does not answer within
+  // STRATA_TIMEOUT, or any teardown without workDone, keeps the memory for good.
+  void releaseSharedDeviceMemory(bool workDone);
 
   // Error state, as ncclCommGetAsyncError reports it.
   // A device-driven kernel's failure (deviceWords) counts too.
@@ -167,6 +175,7 @@ class Communicator {
   void planNodes();       // the layout and the tuner's inputs, from every node's topology plan
   void reportTopology();  // logs where the topology came from; writes NCCL_TOPO_DUMP_FILE
   void warmUp();          // opens the links the algorithms want at init
+  void watchDevicePeersLocked();  // with stopMutex_ held, once device words exist
 
   CommOptions opts_;
   std::vector<PeerInfo> peers_;
@@ -175,6 +184,8 @@ class Communicator {
   algorithms::RankLayout layout_;
   std::shared_ptr<uint32_t> deviceWords_;  // mapped pinned; outlives the pool (kernels use it to the end)
   mutable std::atomic<bool> deviceFailureLogged_{false};
+  std::atomic<int> exitedPeer_{-1};     // a peer process the device watch found gone (stop word raised)
+  std::shared_ptr<void> deviceWatch_;  // watchDevicePeers' handle, with device words and peers elsewhere
   std::unique_ptr<ConnectionPool> pool_;
   std::unique_ptr<RedOpTable> redops_;
   std::map<std::type_index, std::shared_ptr<void>> algorithmState_;
@@ -184,6 +195,7 @@ class Communicator {
   bool oversubscribed_ = false;
   size_t putBytes_ = 0;
   int kernelBlocks_ = 0;
+  int pipeChannels_ = 0;
   topology::Plan plan_;                   // this rank's node, as strata-topo plans it
   algorithms::TuneRequest tuneBasis_;     // the request every operation starts from
   struct CachedChoice {

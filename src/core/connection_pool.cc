@@ -1,13 +1,23 @@
 #include "core/connection_pool.h"
 
+#include <atomic>
+
 #include "base/error.h"
 #include "base/log.h"
 
 namespace strata::core {
+namespace {
+
+uint64_t nextScope() {
+  static std::atomic<uint64_t> next{0};
+  return ++next;
+}
+
+}  // namespace
 
 ConnectionPool::ConnectionPool(int rank, const std::vector<PeerInfo>* peers, Bootstrap* bootstrap, LinkShape defaults,
                                WaitCheck stopped)
-    : rank_(rank), peers_(peers), bootstrap_(bootstrap), defaults_(defaults), stopped_(std::move(stopped)) {}
+    : rank_(rank), scope_(nextScope()), peers_(peers), bootstrap_(bootstrap), defaults_(defaults), stopped_(std::move(stopped)) {}
 
 ConnectionPool::~ConnectionPool() {
   // A peer still waiting for this rank now fails fast instead of timing out; a
@@ -19,6 +29,27 @@ LinkShape ConnectionPool::shapeOf(LinkShape s) const {
   if (s.slotBytes == 0) s.slotBytes = defaults_.slotBytes;
   if (s.slots == 0) s.slots = defaults_.slots;
   return s;
+}
+
+std::vector<int> ConnectionPool::deviceSharers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {deviceSharers_.begin(), deviceSharers_.end()};
+}
+
+void ConnectionPool::unmapPeerRegions() {
+  std::map<LinkKey, transport::SharedRegion> gone;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    gone.swap(regionsOut_);
+  }
+}
+
+void ConnectionPool::keepDeviceRegions() {
+  std::lock_guard<std::mutex> lock(mu_);
+  static auto* kept = new std::vector<std::shared_ptr<void>>;  // never freed, on purpose
+  static std::mutex keptMutex;
+  std::lock_guard<std::mutex> keptLock(keptMutex);
+  for (const LinkKey& k : deviceRegionsIn_) kept->push_back(regionsIn_[k].keepAlive);
 }
 
 namespace {
@@ -54,7 +85,7 @@ void ConnectionPool::listen(const LinkNeeds& recvs, const RegionNeeds& regions) 
   for (const auto& [k, spec] : regions) {
     if (regionsIn_.count(k)) continue;  // reads need no lock on the one thread that writes (header)
     const PeerInfo& peer = (*peers_)[k.peer];
-    transport::ConnectRequest req{&self, &peer, 0, 0};
+    transport::ConnectRequest req{&self, &peer, 0, 0, k.id, scope_};
     std::string handle;
     transport::SharedRegion r;
     try {
@@ -66,6 +97,8 @@ void ConnectionPool::listen(const LinkNeeds& recvs, const RegionNeeds& regions) 
     bootstrap_->send(k.peer, MsgKind::kRegion, k.id, kRegionMade + handle);
     std::lock_guard<std::mutex> lock(mu_);
     regionsIn_[k] = std::move(r);
+    if (spec.device) deviceRegionsIn_.insert(k);
+    if (spec.device && !self.sameProcess(peer)) deviceSharers_.insert(k.peer);
   }
   if (fresh) STRATA_INFO(kSubsysP2p, rank_, "links: receiving on %d new link(s)", fresh);
 }
@@ -95,7 +128,7 @@ void ConnectionPool::connect(const LinkNeeds& sends, const RegionNeeds& regions)
   for (const auto& [k, spec] : regions) {
     if (regionsOut_.count(k)) continue;  // reads need no lock on the one thread that writes (header)
     const PeerInfo& peer = (*peers_)[k.peer];
-    transport::ConnectRequest req{&self, &peer, 0, 0};
+    transport::ConnectRequest req{&self, &peer, 0, 0, k.id, scope_};
     std::string handle = bootstrap_->recv(k.peer, MsgKind::kRegion, k.id, stopped_);
     STRATA_REQUIRE(handle.empty() || handle[0] != kRegionFailed, ncclRemoteError, "rank %d: rank %d could not share "
                    "its memory: %s", rank_, k.peer, handle.c_str() + 1);
@@ -108,6 +141,7 @@ void ConnectionPool::connect(const LinkNeeds& sends, const RegionNeeds& regions)
                    k.peer, r.bytes, spec.bytes);
     std::lock_guard<std::mutex> lock(mu_);
     regionsOut_[k] = std::move(r);
+    if (spec.device && !self.sameProcess(peer)) deviceSharers_.insert(k.peer);
   }
   if (fresh) STRATA_INFO(kSubsysP2p, rank_, "links: sending on %d new link(s)", fresh);
 }

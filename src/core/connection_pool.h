@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -70,6 +71,16 @@ class ConnectionPool {
   bool flushed();
   // Marks every link failed so that peers waiting on them stop too.
   void abortAll();
+  // Teardown of device memory shared with other processes, which must not be freed
+  // while a peer may still map it (CUDA IPC). The ranks of other processes with a
+  // device region of this rank's, or mapping one of theirs:
+  std::vector<int> deviceSharers() const;
+  // Unmaps every region of a peer's (this rank's work on them done).
+  void unmapPeerRegions();
+  // Keeps this rank's device regions past the pool for good: a peer that could not
+  // confirm it is done with them may still write into them.
+  void keepDeviceRegions();
+
   // The transport that links this rank to `peer` (with these capabilities).
   const char* transportTo(int peer, uint32_t caps = transport::kSlots) const;
 
@@ -77,6 +88,7 @@ class ConnectionPool {
   LinkShape shapeOf(LinkShape s) const;
 
   int rank_;
+  uint64_t scope_;  // this pool, unique in the process (regions are shared per pool)
   const std::vector<PeerInfo>* peers_;
   Bootstrap* bootstrap_;
   LinkShape defaults_;
@@ -85,6 +97,8 @@ class ConnectionPool {
   std::map<LinkKey, std::unique_ptr<transport::SendConnection>> sends_;
   std::map<LinkKey, std::unique_ptr<transport::RecvConnection>> recvs_;
   std::map<LinkKey, transport::SharedRegion> regionsIn_, regionsOut_;
+  std::set<int> deviceSharers_;
+  std::set<LinkKey> deviceRegionsIn_;
   struct CachedRegistration {
     const transport::Transport* transport;
     void* base;

@@ -20,6 +20,7 @@ enum class MsgKind : uint32_t {
   kConnect = 5,    // receiver -> sender: a transport handle
   kRegion = 6,     // region owner -> the peer that maps it: a region handle
   kFailure = 7,    // a rank that failed an operation -> every other rank: why
+  kTeardown = 8,   // a rank done with the device memory of another process it maps
 };
 
 // Ranks of one communicator may share a process (and so a mailbox): the key names both ends.

@@ -12,6 +12,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "base/mutation.h"
 #include "device/gpu_backend.h"
 
 namespace strata::device {
@@ -56,8 +57,9 @@ class NoGpus final : public GpuBackend {
   std::string busId(int) override { return ""; }
   bool canAccessPeer(int, int) override { return false; }
   int exchangeCaptureMode(int mode) override { return mode; }
-  void kernelColl(const KernelColl&, void*) override { refuse("device kernels"); }
   void kernelP2p(const KernelP2p&, void*) override { refuse("device kernels"); }
+  void kernelPipe(const KernelPipe&, void*) override { refuse("device kernels"); }
+  int pipeChannels(int) override { return 0; }
   int kernelBlocksAtOnce(int) override { return 0; }
   void* mappedPointer(void*) override { refuse("pinned memory"); }
   void* eventCreate() override { refuse("events"); }
@@ -199,8 +201,14 @@ void gpuPrepare(void* dst, const void* src, size_t count, ncclDataType_t type, c
 void gpuCopy(void* dst, const void* src, size_t bytes, void* stream) {
   if (bytes && dst != src) backend().copy(dst, src, bytes, stream);
 }
-void launchKernelColl(const KernelColl& k, void* stream) { backend().kernelColl(k, stream); }
 void launchKernelP2p(const KernelP2p& k, void* stream) { backend().kernelP2p(k, stream); }
+void launchKernelPipe(const KernelPipe& k, void* stream) {
+  KernelPipe run = k;  // the mutation stage's faults (base/mutation.h)
+  run.relaxedFlag = mutated(Mutation::kKernelRelaxedFlag);
+  run.skipBarrier = mutated(Mutation::kKernelSkipBarrier);
+  backend().kernelPipe(run, stream);
+}
+int pipeChannels(int device) { return backend().pipeChannels(device); }
 int kernelBlocksAtOnce(int device) { return backend().kernelBlocksAtOnce(device); }
 void* mappedPointer(void* pinned) { return backend().mappedPointer(pinned); }
 void* eventCreate() { return backend().eventCreate(); }

@@ -12,6 +12,7 @@
 #include "device/cpu_reduce.h"
 #include "device/kernel_coll.h"
 #include "device/kernel_p2p.h"
+#include "device/kernel_pipe.h"
 
 namespace strata::device {
 
@@ -66,11 +67,13 @@ void gpuCopy(void* dst, const void* src, size_t bytes, void* stream);
 
 // cudaStreamLegacy: the legacy default stream under a handle that is not null.
 inline void* const kLegacyStream = reinterpret_cast<void*>(1);
-// The device-driven collective kernel (kernel_coll.h), enqueued on `stream` on the
+// The device-driven point-to-point kernel (kernel_p2p.h), enqueued on `stream` on the
 // current device.
-void launchKernelColl(const KernelColl& k, void* stream);
-// The device-driven point-to-point kernel (kernel_p2p.h), likewise.
 void launchKernelP2p(const KernelP2p& k, void* stream);
+// The pipelined collective kernel (kernel_pipe.h), likewise; and the most channels
+// (blocks) it takes on `device` (0: no such kernel there).
+void launchKernelPipe(const KernelPipe& k, void* stream);
+int pipeChannels(int device);
 // How many blocks of those kernels `device` runs at once (its SMs times the blocks
 // each holds): kernels whose blocks wait for each other must fit in it together.
 int kernelBlocksAtOnce(int device);

@@ -11,6 +11,7 @@
 #include "device/cpu_reduce.h"
 #include "device/kernel_coll.h"
 #include "device/kernel_p2p.h"
+#include "device/kernel_pipe.h"
 
 namespace strata::device {
 
@@ -64,10 +65,12 @@ class GpuBackend {
   // is not 16-byte aligned (see device::simulatedUnalignedKernels).
   virtual uint64_t unalignedKernels() { return 0; }
   virtual bool enablePeerAccess(int peer, std::string* why) = 0;
-  // The device-driven collective kernel (kernel_coll.h) on `stream`.
-  virtual void kernelColl(const KernelColl& k, void* stream) = 0;
   // The device-driven point-to-point kernel (kernel_p2p.h) on `stream`.
   virtual void kernelP2p(const KernelP2p& k, void* stream) = 0;
+  // The pipelined collective kernel (kernel_pipe.h) on `stream`.
+  virtual void kernelPipe(const KernelPipe& k, void* stream) = 0;
+  // The most channels (blocks) a pipelined kernel takes on `device` (0: none).
+  virtual int pipeChannels(int device) = 0;
   // Blocks of the device-driven kernels `device` runs at once (0: none).
   virtual int kernelBlocksAtOnce(int device) = 0;
   // The address kernels use for pinned host memory from pinnedAlloc.

@@ -76,8 +76,15 @@ class CudaGpus final : public GpuBackend {
     cuda::prepare(dst, src, count, type, op, stream);
   }
   void copy(void* dst, const void* src, size_t bytes, void* stream) override { cuda::copy(dst, src, bytes, stream); }
-  void kernelColl(const KernelColl& k, void* stream) override { cuda::kernelColl(k, stream); }
   void kernelP2p(const KernelP2p& k, void* stream) override { cuda::kernelP2p(k, stream); }
+  void kernelPipe(const KernelPipe& k, void* stream) override { cuda::kernelPipe(k, stream); }
+  // A channel per SM, up to KernelPipe::kMaxChannels (a block of 512 threads each:
+  // one per SM at a time; the kernel's grid must fit beside the p2p kernel's).
+  int pipeChannels(int device) override {
+    int sms = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return cudaGetLastError(), 0;
+    return sms < KernelPipe::kMaxChannels ? sms : KernelPipe::kMaxChannels;
+  }
   int kernelBlocksAtOnce(int device) override { return cuda::kernelBlocksAtOnce(device); }
   void* mappedPointer(void* pinned) override {
     void* p = nullptr;

@@ -26,6 +26,7 @@
 #include "device/gpu.h"
 #include "device/gpu_backend.h"
 #include "device/gpu_sim_state.h"
+#include "device/sim_pipe.h"
 
 namespace strata::device {
 namespace {
@@ -289,27 +290,6 @@ class SimGpus final : public GpuBackend {
     std::shared_ptr<Marks> m = marksOf(event);
     return m->reached.load() >= m->recorded.load();
   }
-  void kernelColl(const KernelColl& k, void* stream) override {
-    const char* name = "the device-driven collective kernel";
-    int dev = launch(name, stream);
-    for (int r = 0; r < k.n; ++r) reaches(dev, name, k.region[r]);
-    reaches(dev, name, k.counter);
-    if (k.op.scalarAt) reaches(dev, name, k.op.scalarAt);
-    if (k.count) {  // the buffers the collective uses on this rank
-      bool root = k.rank == k.root;
-      if (root || (k.coll != KernelColl::kBroadcast && k.coll != KernelColl::kScatter)) reaches(dev, name, k.send);
-      if (root || (k.coll != KernelColl::kReduce && k.coll != KernelColl::kGather)) reaches(dev, name, k.recv);
-    }
-    // Its waits for peers hold the stream as a flag wait does: a free that synchronises
-    // this device meanwhile is reported as the deadlock it can be.
-    fitsAtOnce(name, k.blocks, dev);
-    DeviceWork& w = deviceWork(dev);
-    on(stream, [k, &w, dev] {
-      w.flagWaits.fetch_add(1);
-      sim::runKernelColl(k, dev);
-      w.flagWaits.fetch_sub(1);
-    });
-  }
   void kernelP2p(const KernelP2p& k, void* stream) override {
     const char* name = "the device-driven point-to-point kernel";
     int dev = launch(name, stream);
@@ -325,6 +305,28 @@ class SimGpus final : public GpuBackend {
       w.flagWaits.fetch_sub(1);
     });
   }
+
+  void kernelPipe(const KernelPipe& k, void* stream) override {
+    const char* name = "the pipelined collective kernel";
+    int dev = launch(name, stream);
+    int regions = k.algo == KernelPipe::kRing ? 3 : k.n;
+    for (int r = 0; r < regions; ++r) reaches(dev, name, k.region[r]);
+    reaches(dev, name, k.state);
+    if (k.op.scalarAt) reaches(dev, name, k.op.scalarAt);
+    if (k.count) {  // the buffers the collective uses on this rank
+      bool root = k.rank == k.root;
+      if (root || (k.coll != KernelColl::kBroadcast && k.coll != KernelColl::kScatter)) reaches(dev, name, k.send);
+      if (root || (k.coll != KernelColl::kReduce && k.coll != KernelColl::kGather)) reaches(dev, name, k.recv);
+    }
+    fitsAtOnce(name, k.blocks, dev);
+    DeviceWork& w = deviceWork(dev);
+    on(stream, [k, &w, dev] {
+      w.flagWaits.fetch_add(1);
+      sim::runKernelPipe(k, dev);
+      w.flagWaits.fetch_sub(1);
+    });
+  }
+  int pipeChannels(int) override { return config().gpuSimChannels; }
 
   int kernelBlocksAtOnce(int) override { return config().gpuSimBlocks; }
 

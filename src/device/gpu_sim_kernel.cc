@@ -1,8 +1,7 @@
-// The device-driven collective kernel (kernel_coll.h) on a simulated GPU: the same
-// protocol code, with host atomics for the primitives and each block run as one
-// thread, blocks one after another (a block waits only for the same block of its
-// peers, which run theirs in the same order). Data moves with the CPU functions
-// (sim_prims.h); STRATA_GPU_SIM_JITTER and STRATA_GPU_SIM_WEAK make them harsher.
+// The device-driven point-to-point kernel (kernel_p2p.h) on a simulated GPU: the
+// same protocol code, with host atomics for the primitives. Data moves with the CPU
+// functions (sim_prims.h); STRATA_GPU_SIM_JITTER and STRATA_GPU_SIM_WEAK make them
+// harsher. (The collective kernel's simulation is sim_pipe.cc.)
 #include "base/config.h"
 #include "device/gpu_sim_state.h"
 #include <unistd.h>
@@ -16,17 +15,6 @@
 #include "device/sim_prims.h"
 
 namespace strata::device::sim {
-
-void runKernelColl(const KernelColl& given, int device) {
-  KernelColl k = given;
-  if (k.op.scalarAt) loadScalar(k.op.scalarAt, k.type, &k.op);  // now, as the kernel runs
-  HostPrims p(k, config().gpuSimJitter, config().gpuSimWeak);
-  BlockRoom room(device, k.blocks);
-  for (int b = 0; b < k.blocks; ++b) {
-    kernel::runBlock(k, p, b);
-    p.publish();  // the block is done: everything it stored is visible
-  }
-}
 
 // Every block of a point-to-point kernel runs on a thread of its own, as a GPU runs
 // them at once: a lane's sends may wait for a peer whose receives are in another

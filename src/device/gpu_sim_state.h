@@ -228,7 +228,6 @@ bool recording(void* stream);
 SimStream& legacyStream(int device);
 // The device-driven collective kernel on `device`, every block in order, on the
 // calling (stream) thread, once the device has room (BlockRoom).
-void runKernelColl(const KernelColl& k, int device);
 // The device-driven point-to-point kernel: a thread per block, joined before it
 // returns; blocks start in order as the device has room for them.
 void runKernelP2p(const KernelP2p& k, int device);

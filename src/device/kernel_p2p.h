@@ -108,7 +108,7 @@ namespace kernel {
 // Thread 0 waits until *flag reaches `want`; false (in the whole block) on the stop
 // word or the timeout, recorded in the error word.
 template <class K, class P>
-STRATA_KERNEL_FN inline bool awaitCount(const K& k, P& p, const uint64_t* flag, uint64_t want, int peer) {
+STRATA_KERNEL_INLINE bool awaitCount(const K& k, P& p, const uint64_t* flag, uint64_t want, int peer) {
   uint32_t failed = 0;
   if (p.thread() == 0) {
     uint64_t start = p.now();
@@ -126,7 +126,7 @@ STRATA_KERNEL_FN inline bool awaitCount(const K& k, P& p, const uint64_t* flag, 
 // "ready"; a receiver waits for "ready", checks the sender's size, empties the
 // quarter and raises "done".
 template <class P>
-STRATA_KERNEL_FN inline bool movePart(const KernelP2p& k, P& p, const KernelP2p::Op& o, size_t at, int q, uint64_t g,
+STRATA_KERNEL_INLINE bool movePart(const KernelP2p& k, P& p, const KernelP2p::Op& o, size_t at, int q, uint64_t g,
                                       size_t lo, size_t hi) {
   const int peer = o.peer;
   if (o.send) {
@@ -168,28 +168,42 @@ STRATA_KERNEL_FN inline void runP2pBlock(const KernelP2p& k, P& p, int blockId) 
   const int l = blockId / k.blocksPerLane, b = blockId % k.blocksPerLane, step = k.blocksPerLane;
   const int peer = k.lanePeer[l];
   const bool send = k.laneSend[l];
+  // The block's parts are b, b + step, ...: part j of them is b + j * step. Every index
+  // of g is a constant once the loops unroll, so the counts stay in registers.
   uint64_t g[KernelP2p::kParts] = {};
-  for (int q = b; q < KernelP2p::kParts; q += step) g[q] = *static_cast<volatile uint64_t*>(k.count(send, peer, q));
+STRATA_UNROLL
+  for (int j = 0; j < KernelP2p::kParts; ++j)
+    if (b + j * step < KernelP2p::kParts) g[j] = *static_cast<volatile uint64_t*>(k.count(send, peer, b + j * step));
   bool ok = true;
   for (int i = 0; ok && i < k.ops; ++i) {
     const KernelP2p::Op& o = k.op[i];
     if (o.peer != peer || o.send != send) continue;
     for (size_t at = 0; ok && at < o.bytes; at += KernelP2p::kChunk) {
-      for (int q = b; ok && q < KernelP2p::kParts; q += step) {
+STRATA_UNROLL
+      for (int j = 0; j < KernelP2p::kParts; ++j) {
+        const int q = b + j * step;
+        if (!ok || q >= KernelP2p::kParts) continue;
         size_t lo, hi;
         KernelP2p::partRange(minSize(KernelP2p::kChunk, o.bytes - at), q, &lo, &hi);
         if (lo == hi) continue;  // no bytes of this short chunk: the peer's part skips it too
-        if ((ok = movePart(k, p, o, at, q, g[q], lo, hi))) ++g[q];
+        if ((ok = movePart(k, p, o, at, q, g[j], lo, hi))) ++g[j];
       }
     }
   }
   // A sender ends only when its peer has taken every chunk: the peer's last "done"
   // store goes into this rank's region, which must not be freed (the communicator
   // destroyed) before it lands.
-  for (int q = b; ok && send && q < KernelP2p::kParts; q += step) ok = awaitCount(k, p, k.done(k.rank, peer, q), g[q], peer);
+STRATA_UNROLL
+  for (int j = 0; j < KernelP2p::kParts; ++j) {
+    const int q = b + j * step;
+    if (ok && send && q < KernelP2p::kParts) ok = awaitCount(k, p, k.done(k.rank, peer, q), g[j], peer);
+  }
   p.barrierOr(0);
-  if (p.thread() == 0)
-    for (int q = b; q < KernelP2p::kParts; q += step) *k.count(send, peer, q) = g[q];
+  if (p.thread() == 0) {
+STRATA_UNROLL
+    for (int j = 0; j < KernelP2p::kParts; ++j)
+      if (b + j * step < KernelP2p::kParts) *k.count(send, peer, b + j * step) = g[j];
+  }
 }
 
 }  // namespace kernel

@@ -31,12 +31,6 @@ namespace strata::device::sim {
 
 class HostPrims {
  public:
-  HostPrims(const KernelColl& k, bool jitter, bool weak)
-      : es_(k.es), type_(k.type), op_(k.op), plain_(k.op), rank_(k.rank), n_(k.n),
-        regionBytes_(KernelColl::regionBytes(k.n, k.slotBytes)), jitter_(jitter), weak_(weak) {
-    plain_.preMultiply = false;  // the reduction of prepared inputs: no pre-multiplication again
-    for (int q = 0; q < n_; ++q) region_[q] = k.region[q];
-  }
   // Point-to-point moves bytes.
   HostPrims(const KernelP2p& k, bool jitter, bool weak)
       : es_(1), type_(ncclUint8), rank_(k.rank), n_(k.n), regionBytes_(KernelP2p::regionBytes(k.n)),

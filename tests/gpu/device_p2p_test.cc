@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,11 +16,34 @@
 namespace strata::test {
 namespace {
 
-// Message j between `from` and `to` in round k: small integers, exact in float, of a
-// size that differs per message (one of them several 128 KiB chunks).
+// Message j between `from` and `to` in round k: the reference data's piece tagged
+// (from, to, j) at the round's positions, of a size that differs per message (one of
+// them several 128 KiB chunks).
 size_t countOf(int j) { return j == 5 ? 100000 : 1000 + 37 * j; }
-float valueOf(int from, int to, int j, int round, size_t i) {
-  return static_cast<float>(from * 100000 + to * 10000 + j * 100 + round * 7 + static_cast<int>(i % 5));
+std::vector<float> messageOf(int from, int to, int j, int round) {
+  return refMoved((from * 8 + to) * 64 + j, countOf(j), static_cast<size_t>(round) * countOf(j));
+}
+
+// Runs `group` once eagerly, then captured in a graph (only the kernels allow that)
+// and replayed twice, filling the inputs of each round before it and checking after.
+std::string eagerThenReplayed(cudaStream_t s, ncclComm_t comm, const std::function<void(int)>& fill,
+                              const std::function<bool()>& group, const std::function<std::string(int)>& check) {
+  fill(0);
+  if (!group()) return std::string("eager group refused: ") + ncclGetLastError(comm);
+  device::streamSynchronize(s);
+  std::string err = check(0);
+  if (!err.empty()) return err;
+  std::string refused;
+  void* graph = captureGroup(s, comm, group, &refused);
+  if (!graph) return refused;
+  for (int round = 1; round <= 2 && err.empty(); ++round) {
+    fill(round);
+    device::graphLaunch(graph, s);
+    device::streamSynchronize(s);
+    err = check(round);
+  }
+  device::graphDestroy(graph);
+  return err;
 }
 
 // Rank 0 exchanges `m` messages each way with every other rank; the others only
@@ -49,39 +73,19 @@ std::string fanRank(int rank, int n, const ncclUniqueId& id, int m) {
     };
     auto fill = [&](int round) {
       for (size_t q = 0; q < peers.size(); ++q)
-        for (int j = 0; j < m; ++j) {
-          std::vector<float> v(countOf(j));
-          for (size_t i = 0; i < v.size(); ++i) v[i] = valueOf(rank, peers[q], j, round, i);
-          device::copySync(in[q * m + j]->p, v.data(), v.size() * sizeof(float));
-        }
+        for (int j = 0; j < m; ++j) uploadFloats(in[q * m + j]->p, messageOf(rank, peers[q], j, round));
     };
     auto check = [&](int round) -> std::string {
       for (size_t q = 0; q < peers.size(); ++q)
         for (int j = 0; j < m; ++j) {
-          std::vector<float> got(countOf(j));
-          device::copySync(got.data(), out[q * m + j]->p, got.size() * sizeof(float));
-          for (size_t i = 0; i < got.size(); ++i)
-            if (got[i] != valueOf(peers[q], rank, j, round, i))
-              return "round " + std::to_string(round) + ": message " + std::to_string(j) + " from rank " +
-                     std::to_string(peers[q]) + ", element " + std::to_string(i) + " is " + std::to_string(got[i]);
+          std::string e = compareFloats(downloadFloats(out[q * m + j]->p, countOf(j)), messageOf(peers[q], rank, j, round),
+                                        "round " + std::to_string(round) + ": message " + std::to_string(j) +
+                                            " from rank " + std::to_string(peers[q]));
+          if (!e.empty()) return e;
         }
       return "";
     };
-    fill(0);
-    if (!group()) return std::string("eager group refused: ") + ncclGetLastError(comm);
-    device::streamSynchronize(s);
-    std::string err = check(0);
-    if (!err.empty()) return err;
-    std::string refused;
-    void* graph = captureGroup(s, comm, group, &refused);
-    if (!graph) return refused;
-    for (int round = 1; round <= 2 && err.empty(); ++round) {
-      fill(round);
-      device::graphLaunch(graph, s);
-      device::streamSynchronize(s);
-      err = check(round);
-    }
-    device::graphDestroy(graph);
+    std::string err = eagerThenReplayed(s, comm, fill, group, check);
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(comm, &async);
     return err.empty() && async != ncclSuccess ? "async error " + std::to_string(async) : err;
@@ -91,7 +95,7 @@ std::string fanRank(int rank, int n, const ncclUniqueId& id, int m) {
 // Before groups were split into kernels by transfer index, rank 0 (48 transfers)
 // took the proxy while its peers (24) launched a kernel: every rank waited until
 // the timeout (20 s here).
-TEST(DeviceOneShotP2pWindows, RanksWithMoreTransfersThanAKernelHoldsMeetTheirPeers) {
+TEST(DeviceDrivenP2pWindows, RanksWithMoreTransfersThanAKernelHoldsMeetTheirPeers) {
   REQUIRE_GPUS(3);
   setenv("STRATA_TIMEOUT", "20", 1);
   reloadEnvironment();
@@ -105,18 +109,17 @@ TEST(DeviceOneShotP2pWindows, RanksWithMoreTransfersThanAKernelHoldsMeetTheirPee
 }
 
 // A communicator's work on two streams stays in call order, as NCCL keeps it: an
-// in-place all-reduce (DeviceOneShot) on one stream, then a send of its result
+// in-place all-reduce (DeviceDriven) on one stream, then a send of its result
 // (DeviceP2p) on another, with nothing between them from the caller. The send must
 // carry the reduced values.
-TEST(DeviceOneShotP2pStreams, ASendOnAnotherStreamFollowsTheCollectiveBeforeIt) {
+TEST(DeviceDrivenP2pStreams, ASendOnAnotherStreamFollowsTheCollectiveBeforeIt) {
   REQUIRE_GPUS(2);
   EXPECT_EQ(failures(runRanks(Mode::kThreads, 2, [](int rank, int n, const ncclUniqueId& id) {
     return onOwnGpu(rank, n, id, [&](ncclComm_t comm, cudaStream_t a) -> std::string {
       auto b = static_cast<cudaStream_t>(device::streamCreate());
       const size_t count = 4 << 20;  // long enough for the send to overtake it if nothing orders them
       DeviceBuffer d(count * sizeof(float)), out(count * sizeof(float));
-      std::vector<float> v(count, static_cast<float>(rank + 1)), got(count);
-      device::copySync(d.p, v.data(), count * sizeof(float));
+      uploadFloats(d.p, refInput(n, rank, count));
       ncclResult_t r = ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, comm, a);
       if (r == ncclSuccess) r = ncclGroupStart();
       if (r == ncclSuccess) r = ncclSend(d.p, count, ncclFloat32, 1 - rank, comm, b);
@@ -126,12 +129,52 @@ TEST(DeviceOneShotP2pStreams, ASendOnAnotherStreamFollowsTheCollectiveBeforeIt) 
       device::streamSynchronize(a);
       device::streamDestroy(b);
       if (r != ncclSuccess) return std::string("a call failed: ") + ncclGetLastError(comm);
-      device::copySync(got.data(), out.p, count * sizeof(float));
-      for (size_t i = 0; i < count; ++i)
-        if (got[i] != 3.0f) return "element " + std::to_string(i) + " is " + std::to_string(got[i]) + ", expected 3";
-      return std::string();
+      return compareFloats(downloadFloats(out.p, count), refSum(n, count), "the sum sent on");
     });
   }, 120)), "");
+}
+
+// PyTorch's all_to_all sends to and receives from every rank, itself included: a
+// group whose send to itself is a copy on the stream, so it captures with the
+// kernel and replays on new inputs. Ranks 3 (DeviceP2p plus the copy) and 1
+// (DeviceSelf, no kernel at all).
+std::string allToAllRank(int rank, int n, const ncclUniqueId& id) {
+  return onOwnGpu(rank, n, id, [&](ncclComm_t comm, cudaStream_t s) -> std::string {
+    auto pieceOf = [](int from) { return 3000 + 7 * static_cast<size_t>(from); };  // a size per sender
+    const size_t piece = pieceOf(rank);
+    std::vector<std::unique_ptr<DeviceBuffer>> in, out;
+    for (int p = 0; p < n; ++p) {
+      in.push_back(std::make_unique<DeviceBuffer>(piece * sizeof(float)));
+      out.push_back(std::make_unique<DeviceBuffer>(pieceOf(p) * sizeof(float)));
+    }
+    auto group = [&]() -> bool {
+      bool ok = ncclGroupStart() == ncclSuccess;
+      for (int p = 0; p < n; ++p) {
+        ok = ok && ncclSend(in[p]->p, piece, ncclFloat32, p, comm, s) == ncclSuccess;
+        ok = ok && ncclRecv(out[p]->p, pieceOf(p), ncclFloat32, p, comm, s) == ncclSuccess;
+      }
+      return ncclGroupEnd() == ncclSuccess && ok;
+    };
+    auto fill = [&](int round) {
+      for (int p = 0; p < n; ++p) uploadFloats(in[p]->p, refMoved(rank * 8 + p, piece, round * piece));
+    };
+    auto check = [&](int round) -> std::string {
+      for (int p = 0; p < n; ++p) {
+        std::string e =
+            compareFloats(downloadFloats(out[p]->p, pieceOf(p)), refMoved(p * 8 + rank, pieceOf(p), round * pieceOf(p)),
+                          "round " + std::to_string(round) + ": the piece from rank " + std::to_string(p));
+        if (!e.empty()) return e;
+      }
+      return "";
+    };
+    return eagerThenReplayed(s, comm, fill, group, check);
+  });
+}
+
+TEST(DeviceDrivenP2pSelf, AnAllToAllWithItselfIsOneStreamOrderedGroup) {
+  REQUIRE_GPUS(3);
+  for (int n : {3, 1})
+    EXPECT_EQ(failures(runRanks(Mode::kThreads, n, allToAllRank, 120)), "") << n << " ranks";
 }
 
 }  // namespace

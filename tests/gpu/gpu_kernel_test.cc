@@ -1,4 +1,4 @@
-// DeviceOneShot: small collectives on device buffers as one kernel on the caller's
+// DeviceDriven: small collectives on device buffers as one kernel on the caller's
 // stream, ranks on GPUs of their own (part of gpu_test; label "gpu", and on
 // simulated GPUs with 4 and 8 of them and with one hardware queue). A CUDA graph
 // captured once replays exactly with eager calls in between; an abort releases a
@@ -6,15 +6,18 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <memory>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "device/gpu.h"
+#include "verify/reference.h"
 #include "gpu/gpu_util.h"
 #include "harness/ranks.h"
 #include "nccl.h"
@@ -25,23 +28,15 @@ namespace {
 // 20000 floats: 80 KB, three blocks of the kernel.
 constexpr size_t kCount = 20000;
 
-// Rank r's input in round k: small integers, so every sum is exact in float.
-std::vector<float> inputOf(int rank, int round) {
-  std::vector<float> v(kCount);
-  for (size_t i = 0; i < kCount; ++i) v[i] = static_cast<float>((rank + 1) * (round + 1) + static_cast<int>(i % 7));
-  return v;
-}
+// Rank r of n's input in round k: round k's own positions of the reference data.
+std::vector<float> inputOf(int n, int rank, int round) { return refInput(n, rank, kCount, round * kCount); }
 
-// The all-reduce (sum) of round k's inputs over n ranks, each input times `scale`.
-std::string checkSum(const void* dev, int n, int round, const std::string& what, int scale = 1) {
-  std::vector<float> got(kCount);
-  device::copySync(got.data(), dev, kCount * sizeof(float));
-  for (size_t i = 0; i < kCount; ++i) {
-    float want = static_cast<float>(scale * (n * (n + 1) / 2 * (round + 1) + n * static_cast<int>(i % 7)));
-    if (got[i] != want)
-      return what + ": element " + std::to_string(i) + " is " + std::to_string(got[i]) + ", expected " + std::to_string(want);
-  }
-  return "";
+// The all-reduce (sum) of round k's inputs over n ranks, each input times 2^`scaleExp`
+// (a power of two: every partial sum stays exact).
+std::string checkSum(const void* dev, int n, int round, const std::string& what, int scaleExp = 0) {
+  std::vector<float> want = refSum(n, kCount, round * kCount);
+  for (float& x : want) x = std::ldexp(x, scaleExp);
+  return compareFloats(downloadFloats(dev, kCount), want, what);
 }
 
 void put(void* dev, const std::vector<float>& v) { device::copySync(dev, v.data(), v.size() * sizeof(float)); }
@@ -58,34 +53,33 @@ std::string graphRank(int rank, int n, const ncclUniqueId& id) {
     ncclRedOp_t premul;
     if (ncclRedOpCreatePreMulSum(&premul, scalar.p, ncclFloat32, ncclScalarDevice, comm) != ncclSuccess)
       return "ncclRedOpCreatePreMulSum failed";
-    put(in.p, inputOf(rank, 0));
+    put(in.p, inputOf(n, rank, 0));
     if (ncclAllReduce(in.p, eager.p, kCount, ncclFloat32, ncclSum, comm, s) != ncclSuccess) return "eager all-reduce failed";
     device::streamSynchronize(s);
     std::string err = checkSum(eager.p, n, 0, "eager round 0");
     if (!err.empty()) return err;
     device::graphBegin(s);
     ncclResult_t r1 = ncclAllReduce(in.p, out.p, kCount, ncclFloat32, ncclSum, comm, s);
-    ncclResult_t r2 = ncclAllGather(out.p, gathered.p, 16, ncclFloat32, comm, s);
+    ncclResult_t r2 = ncclAllGather(in.p, gathered.p, 16, ncclFloat32, comm, s);
     if (r2 == ncclSuccess) r2 = ncclAllReduce(in.p, scaled.p, kCount, ncclFloat32, premul, comm, s);
     std::string why;
     void* graph = device::graphEnd(s, &why);
     if (r1 != ncclSuccess || r2 != ncclSuccess) return std::string("capture refused: ") + ncclGetLastError(comm);
     if (!graph) return "capture failed: " + why;
     for (int round = 1; round <= 5 && err.empty(); ++round) {
-      put(in.p, inputOf(rank, round));
-      put(scalar.p, {static_cast<float>(round + 1)});
+      put(in.p, inputOf(n, rank, round));
+      put(scalar.p, {std::ldexp(1.0f, round)});
       device::graphLaunch(graph, s);
       if (round == 3 && ncclAllReduce(in.p, eager.p, kCount, ncclFloat32, ncclSum, comm, s) != ncclSuccess)
         err = "eager all-reduce between replays failed";
       device::streamSynchronize(s);
       if (err.empty()) err = checkSum(out.p, n, round, "replay " + std::to_string(round));
-      if (err.empty()) err = checkSum(scaled.p, n, round, "replay " + std::to_string(round) + " pre-multiplied", round + 1);
+      if (err.empty()) err = checkSum(scaled.p, n, round, "replay " + std::to_string(round) + " pre-multiplied", round);
       if (err.empty() && round == 3) err = checkSum(eager.p, n, 3, "eager all-reduce between replays");
-      std::vector<float> g(n * 16);
-      device::copySync(g.data(), gathered.p, g.size() * sizeof(float));
-      float want = static_cast<float>(n * (n + 1) / 2 * (round + 1));  // element 0 of the sum, from every rank
-      for (int r = 0; r < n && err.empty(); ++r)
-        if (g[r * 16] != want) err = "replay " + std::to_string(round) + ": gathered element from rank " + std::to_string(r) + " is wrong";
+      std::vector<std::vector<float>> firsts;  // every rank's first 16 inputs of the round
+      for (int r = 0; r < n; ++r) firsts.push_back(refInput(n, r, 16, round * kCount));
+      if (err.empty())
+        err = compareFloats(downloadFloats(gathered.p, n * 16), concat(firsts), "replay " + std::to_string(round) + " all-gather");
     }
     device::graphDestroy(graph);
     ncclRedOpDestroy(premul, comm);
@@ -95,15 +89,15 @@ std::string graphRank(int rank, int n, const ncclUniqueId& id) {
   });
 }
 
-class DeviceOneShot : public ::testing::TestWithParam<std::tuple<Mode, int>> {};
+class DeviceDriven : public ::testing::TestWithParam<std::tuple<Mode, int>> {};
 
-TEST_P(DeviceOneShot, AGraphCapturedOnceReplaysExactly) {
+TEST_P(DeviceDriven, AGraphCapturedOnceReplaysExactly) {
   auto [mode, n] = GetParam();
   REQUIRE_GPUS(n);
   EXPECT_EQ(failures(runRanks(mode, n, graphRank, 300)), "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, DeviceOneShot,
+INSTANTIATE_TEST_SUITE_P(Ranks, DeviceDriven,
                          ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses), ::testing::Values(2, 4, 8)),
                          [](const auto& info) {
                            return std::string(modeName(std::get<0>(info.param))) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
@@ -130,16 +124,13 @@ std::string p2pRank(int rank, int n, const ncclUniqueId& id) {
       std::vector<float> got(big), got2(kCount);
       device::copySync(got.data(), out.p, big * sizeof(float));
       device::copySync(got2.data(), out2.p, kCount * sizeof(float));
-      for (size_t i = 0; i < big; ++i)
-        if (got[i] != static_cast<float>(prev * 1000 + round + i % 251))
-          return "round " + std::to_string(round) + ": element " + std::to_string(i) + " of the 3 MiB message";
-      return got2 == inputOf(prev, round) ? "" : "round " + std::to_string(round) + ": the 80 KB message";
+      std::string e = compareFloats(got, refMoved(prev, big, round * big), "round " + std::to_string(round) + ", the 3 MiB message");
+      if (!e.empty()) return e;
+      return compareFloats(got2, refMoved(100 + prev, kCount, round * kCount), "round " + std::to_string(round) + ", the 80 KB message");
     };
     auto fill = [&](int round) {
-      std::vector<float> v(big);
-      for (size_t i = 0; i < big; ++i) v[i] = static_cast<float>(rank * 1000 + round + i % 251);
-      put(in.p, v);
-      put(in2.p, inputOf(rank, round));
+      put(in.p, refMoved(rank, big, round * big));
+      put(in2.p, refMoved(100 + rank, kCount, round * kCount));
     };
     fill(0);
     if (!group()) return "eager group refused";
@@ -166,15 +157,15 @@ std::string p2pRank(int rank, int n, const ncclUniqueId& id) {
   });
 }
 
-class DeviceOneShotP2p : public ::testing::TestWithParam<std::tuple<Mode, int>> {};
+class DeviceDrivenP2p : public ::testing::TestWithParam<std::tuple<Mode, int>> {};
 
-TEST_P(DeviceOneShotP2p, ARingExchangeCapturedOnceReplaysExactly) {
+TEST_P(DeviceDrivenP2p, ARingExchangeCapturedOnceReplaysExactly) {
   auto [mode, n] = GetParam();
   REQUIRE_GPUS(n);
   EXPECT_EQ(failures(runRanks(mode, n, p2pRank, 300)), "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, DeviceOneShotP2p,
+INSTANTIATE_TEST_SUITE_P(Ranks, DeviceDrivenP2p,
                          ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses), ::testing::Values(2, 4)),
                          [](const auto& info) {
                            return std::string(modeName(std::get<0>(info.param))) + "_" + std::to_string(std::get<1>(info.param)) + "ranks";
@@ -198,7 +189,7 @@ void withBlocksAtOnce(const char* blocks, F body) {
 // receives waiting for sends that never start (the messages outgrow the slots; strict
 // mode refuses the grid outright). A block per lane fits, and the exchange goes
 // through, captured in a graph as only the device-driven path allows.
-TEST(DeviceOneShotP2pRoom, ARingExchangeFitsAGpuThatRunsFourBlocksAtOnce) {
+TEST(DeviceDrivenP2pRoom, ARingExchangeFitsAGpuThatRunsFourBlocksAtOnce) {
   REQUIRE_GPUS(2);
   if (!simulated()) GTEST_SKIP() << "sets the simulated GPUs' size";
   withBlocksAtOnce("4", [] {
@@ -212,7 +203,7 @@ TEST(DeviceOneShotP2pRoom, ARingExchangeFitsAGpuThatRunsFourBlocksAtOnce) {
 // ranks (every rank plans with the fewest any GPU holds) sends and receives go
 // through the proxy, which refuses graph capture, rather than one rank launching a
 // kernel its peer never meets.
-TEST(DeviceOneShotP2pRoom, ARankWhoseGpuHoldsTooFewBlocksKeepsEveryRankOnTheProxy) {
+TEST(DeviceDrivenP2pRoom, ARankWhoseGpuHoldsTooFewBlocksKeepsEveryRankOnTheProxy) {
   REQUIRE_GPUS(2);
   if (!simulated()) GTEST_SKIP() << "sets the simulated GPUs' size";
   auto results = runRanks(Mode::kProcesses, 2, p2pRank, 120, [](int rank) {
@@ -225,7 +216,7 @@ TEST(DeviceOneShotP2pRoom, ARankWhoseGpuHoldsTooFewBlocksKeepsEveryRankOnTheProx
     EXPECT_NE(r.error.find("capture refused"), std::string::npos) << "rank " << r.rank << ": " << r.error;
 }
 
-TEST(DeviceOneShotStreams, TheLegacyStreamToo) {
+TEST(DeviceDrivenStreams, TheLegacyStreamToo) {
   REQUIRE_GPUS(2);
   auto results = runRanks(Mode::kThreads, 2, [](int rank, int n, const ncclUniqueId& id) -> std::string {
     device::setCurrentDevice(rank);
@@ -234,13 +225,12 @@ TEST(DeviceOneShotStreams, TheLegacyStreamToo) {
     std::string err;
     for (size_t count : {kCount, size_t{3} << 20}) {
       DeviceBuffer buf(count * sizeof(float));
-      std::vector<float> mine(count, static_cast<float>(rank + 1)), got(count);
+      std::vector<float> mine = refInput(n, rank, count), got(count);
       device::copyAsync(buf.p, mine.data(), count * sizeof(float), nullptr);
       if (ncclAllReduce(buf.p, buf.p, count, ncclFloat32, ncclSum, comm, nullptr) != ncclSuccess) err = "not enqueued";
       device::copyAsync(got.data(), buf.p, count * sizeof(float), nullptr);
       device::streamSynchronize(nullptr);
-      if (err.empty() && (got[0] != 3.0f || got[count - 1] != 3.0f))
-        err = std::to_string(count) + " floats on stream 0: got " + std::to_string(got[0]) + ", expected 3";
+      if (err.empty()) err = compareFloats(got, refSum(n, count), std::to_string(count) + " floats on stream 0");
     }
     ncclCommDestroy(comm);
     return err;
@@ -251,13 +241,13 @@ TEST(DeviceOneShotStreams, TheLegacyStreamToo) {
 // NCCL ignores a non-root's output of a reduce or gather, which may be null: those
 // ranks still take the kernel with the root (deciding by an unused pointer sent them
 // to the proxy while the root waited in its kernel).
-TEST(DeviceOneShotStreams, ANonRootsOutputMayBeNull) {
+TEST(DeviceDrivenStreams, ANonRootsOutputMayBeNull) {
   REQUIRE_GPUS(3);
   auto results = runRanks(Mode::kThreads, 3, [](int rank, int n, const ncclUniqueId& id) -> std::string {
     return onOwnGpu(rank, n, id, [&](ncclComm_t comm, cudaStream_t s) -> std::string {
       const int root = 1;
       DeviceBuffer in(kCount * sizeof(float)), out(n * kCount * sizeof(float));
-      put(in.p, inputOf(rank, 0));
+      put(in.p, inputOf(n, rank, 0));
       void* dst = rank == root ? out.p : nullptr;
       if (ncclReduce(in.p, dst, kCount, ncclFloat32, ncclSum, root, comm, s) != ncclSuccess) return "reduce refused";
       device::streamSynchronize(s);
@@ -269,8 +259,10 @@ TEST(DeviceOneShotStreams, ANonRootsOutputMayBeNull) {
       std::vector<float> got(n * kCount);
       device::copySync(got.data(), out.p, got.size() * sizeof(float));
       for (int q = 0; q < n; ++q)
-        if (std::vector<float>(got.begin() + q * kCount, got.begin() + (q + 1) * kCount) != inputOf(q, 0))
-          return "gather: rank " + std::to_string(q) + "'s piece differs";
+        if (auto e = compareFloats(std::vector<float>(got.begin() + q * kCount, got.begin() + (q + 1) * kCount),
+                                   inputOf(n, q, 0), "gather: rank " + std::to_string(q) + "'s piece");
+            !e.empty())
+          return e;
       return "";
     });
   }, 120);
@@ -279,7 +271,7 @@ TEST(DeviceOneShotStreams, ANonRootsOutputMayBeNull) {
 
 // A communicator's calls alternate between two streams the caller never orders: its
 // kernels share the step count, flags and slots, so each waits for the one before.
-TEST(DeviceOneShotStreams, CallsOnTwoStreamsRunInCallOrder) {
+TEST(DeviceDrivenStreams, CallsOnTwoStreamsRunInCallOrder) {
   REQUIRE_GPUS(2);
   auto results = runRanks(Mode::kThreads, 2, [](int rank, int n, const ncclUniqueId& id) -> std::string {
     return onOwnGpu(rank, n, id, [&](ncclComm_t comm, cudaStream_t a) -> std::string {
@@ -289,7 +281,7 @@ TEST(DeviceOneShotStreams, CallsOnTwoStreamsRunInCallOrder) {
       for (int i = 0; i < calls; ++i) {
         in.push_back(std::make_unique<DeviceBuffer>(kCount * sizeof(float)));
         out.push_back(std::make_unique<DeviceBuffer>(kCount * sizeof(float)));
-        put(in[i]->p, inputOf(rank, i));
+        put(in[i]->p, inputOf(n, rank, i));
       }
       std::string err;
       for (int i = 0; i < calls && err.empty(); ++i)
@@ -336,9 +328,9 @@ std::string withALoneAllReduce(const std::function<std::string(ncclComm_t, void*
   return failures(results);
 }
 
-// Rank 0's kernel waits for rank 1 until rank 0's communicator is aborted
-// (STRATA_TIMEOUT is 60 s), then its stream drains at once.
-TEST(DeviceOneShotFaults, AnAbortReleasesAKernelWaitingForAPeer) {
+// Rank 0's kernel waits for rank 1 until rank 0's communicator is aborted (kernels
+// have no timeout of their own by default), then its stream drains at once.
+TEST(DeviceDrivenFaults, AnAbortReleasesAKernelWaitingForAPeer) {
   REQUIRE_GPUS(2);
   EXPECT_EQ(withALoneAllReduce([](ncclComm_t comm, void* stream) -> std::string {
               std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -353,11 +345,11 @@ TEST(DeviceOneShotFaults, AnAbortReleasesAKernelWaitingForAPeer) {
             "");
 }
 
-// With STRATA_TIMEOUT=1, the waiting kernel gives up after a second and the
+// With STRATA_DEVICE_TIMEOUT=1, the waiting kernel gives up after a second and the
 // communicator reports ncclRemoteError, its log naming the rank it waited for.
-TEST(DeviceOneShotFaults, AWaitLongerThanTheTimeoutFailsTheCommunicator) {
+TEST(DeviceDrivenFaults, AWaitLongerThanTheTimeoutFailsTheCommunicator) {
   REQUIRE_GPUS(2);
-  setenv("STRATA_TIMEOUT", "1", 1);
+  setenv("STRATA_DEVICE_TIMEOUT", "1", 1);  // the kernels' own bound (none by default, as NCCL)
   reloadEnvironment();
   std::string err = withALoneAllReduce([](ncclComm_t comm, void* stream) -> std::string {
     device::streamSynchronize(stream);
@@ -366,15 +358,92 @@ TEST(DeviceOneShotFaults, AWaitLongerThanTheTimeoutFailsTheCommunicator) {
     ncclCommAbort(comm);
     return async == ncclRemoteError ? "" : "async error " + std::to_string(async) + ", expected ncclRemoteError";
   });
-  unsetenv("STRATA_TIMEOUT");
+  unsetenv("STRATA_DEVICE_TIMEOUT");
   reloadEnvironment();
   EXPECT_EQ(err, "");
+}
+
+// A failure stops every rank, and no step goes on after it: rank 0's all-reduce
+// gives up (STRATA_DEVICE_TIMEOUT=1) while rank 1 has not called; rank 1's all-reduce,
+// made afterwards, finds the communicator failed at once, reads and writes nothing
+// (its output keeps its poison: no stale or foreign slot was taken for data), and
+// reports the failure, naming rank 0.
+TEST(DeviceDrivenFaults, ALateRankFindsTheFailureAndTouchesNothing) {
+  REQUIRE_GPUS(2);
+  setenv("STRATA_DEVICE_TIMEOUT", "1", 1);
+  reloadEnvironment();
+  std::atomic<bool> failed{false};
+  auto results = runRanks(Mode::kThreads, 2, [&](int rank, int n, const ncclUniqueId& id) -> std::string {
+    return onOwnGpu(rank, n, id, [&](ncclComm_t comm, cudaStream_t s) -> std::string {
+      const size_t count = 300000;
+      DeviceBuffer in(count * sizeof(float)), out(count * sizeof(float));
+      uploadFloats(in.p, refInput(n, rank, count));
+      device::memsetSync(out.p, 0x5a, count * sizeof(float));
+      if (rank == 1)
+        while (!failed) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      auto start = std::chrono::steady_clock::now();
+      if (ncclAllReduce(in.p, out.p, count, ncclFloat32, ncclSum, comm, s) != ncclSuccess) return "not enqueued";
+      device::streamSynchronize(s);
+      double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm, &async);
+      if (rank == 0) failed = true;
+      std::string err = async == ncclRemoteError ? "" : "async error " + std::to_string(async) + ", expected ncclRemoteError";
+      if (rank == 1 && sec > 0.5) err += " (the late call took " + std::to_string(sec) + " s)";
+      if (rank == 1) {
+        std::vector<float> got = downloadFloats(out.p, count);
+        for (size_t i = 0; i < count && err.empty(); ++i)
+          if (memcmp(&got[i], "\x5a\x5a\x5a\x5a", 4) != 0) err = "the late call wrote element " + std::to_string(i);
+      }
+      ncclCommAbort(comm);
+      return err.empty() ? "" : "rank " + std::to_string(rank) + ": " + err;
+    });
+  }, 120);
+  unsetenv("STRATA_DEVICE_TIMEOUT");
+  reloadEnvironment();
+  EXPECT_EQ(failures(results), "");
+}
+
+// Rank 1's process exits (as a crash would: no destroy) while rank 0's all-reduce
+// kernel waits for it. No STRATA_DEVICE_TIMEOUT: the host's watch over peers in other
+// processes (core/device_watch.h) stops the kernel, rank 0's stream drains within
+// seconds and its communicator reports ncclRemoteError. A first all-reduce, which
+// both ranks make and check, shows the kernels ran between the two processes.
+TEST(DeviceDrivenFaults, APeerProcessThatExitsReleasesTheKernelWaitingForIt) {
+  REQUIRE_GPUS(2);
+  auto results = runRanks(Mode::kProcesses, 2, [&](int rank, int n, const ncclUniqueId& id) -> std::string {
+    device::setCurrentDevice(rank);
+    void* stream = device::streamCreate();
+    auto s = static_cast<cudaStream_t>(stream);
+    ncclComm_t comm = nullptr;
+    if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) return "init failed";
+    const size_t count = 70000;
+    DeviceBuffer in(count * sizeof(float)), out(count * sizeof(float));
+    uploadFloats(in.p, refInput(n, rank, count));
+    if (ncclAllReduce(in.p, out.p, count, ncclFloat32, ncclSum, comm, s) != ncclSuccess) return "not enqueued";
+    device::streamSynchronize(s);
+    std::string err = compareFloats(downloadFloats(out.p, count), refSum(n, count), "the first all-reduce");
+    if (!err.empty()) return err;
+    if (rank == 1) _exit(0);
+    auto start = std::chrono::steady_clock::now();
+    if (ncclAllReduce(in.p, out.p, count, ncclFloat32, ncclSum, comm, s) != ncclSuccess) return "not enqueued";
+    device::streamSynchronize(s);
+    double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(comm, &async);
+    if (async != ncclRemoteError) err = "async error " + std::to_string(async) + ", expected ncclRemoteError";
+    if (sec > 10) err += " (the stream drained " + std::to_string(sec) + " s after the call)";
+    ncclCommAbort(comm);
+    device::streamDestroy(stream);
+    return err;
+  }, 120);
+  EXPECT_EQ(failures(results), "");
 }
 
 // A send of 5000 floats met by a receive of 4000: the receiver's communicator fails
 // at once with ncclInvalidUsage (its log names the sender); the sender's kernel,
 // whose chunks are never all taken, waits until its communicator is aborted.
-TEST(DeviceOneShotFaults, ASendAndReceiveOfDifferentSizesFailTheReceiver) {
+TEST(DeviceDrivenFaults, ASendAndReceiveOfDifferentSizesFailTheReceiver) {
   REQUIRE_GPUS(2);
   std::atomic<bool> failed{false}, senderGone{false};
   auto results = runRanks(Mode::kThreads, 2, [&](int rank, int n, const ncclUniqueId& id) -> std::string {
@@ -409,70 +478,104 @@ TEST(DeviceOneShotFaults, ASendAndReceiveOfDifferentSizesFailTheReceiver) {
   EXPECT_EQ(failures(results), "");
 }
 
-// The kernel alone, without a communicator: n virtual ranks on one GPU, each
-// kernel on a stream of its own with its own region, counter and buffers. On a real
-// GPU this checks the PTX primitives and the protocol on one device (kernels of
-// 1-19 blocks, co-resident on any GPU of this class), which the machine lent for
-// checks has; the communicator's path needs a GPU per rank.
+// The pipelined kernel alone, without a communicator: n virtual ranks on one GPU,
+// each kernel on a stream of its own with its own region, counts and buffers (their
+// grids fit the GPU together: a few channels each). On a real GPU this runs the PTX
+// primitives and the protocol on one device, HBM where NVLink would be; on simulated
+// GPUs the same code on host threads.
 struct VirtualRank {
-  DeviceBuffer region, counter, in, out;
+  DeviceBuffer region, state, in, out;
   void* stream;
-  VirtualRank(size_t regionBytes, size_t bytes)
-      : region(regionBytes), counter(16), in(bytes), out(bytes), stream(device::streamCreate()) {
+  VirtualRank(size_t regionBytes, size_t stateBytes, size_t inBytes, size_t outBytes)
+      : region(regionBytes), state(stateBytes), in(inBytes), out(outBytes), stream(device::streamCreate()) {
     device::memsetSync(region.p, 0, regionBytes);
-    device::memsetSync(counter.p, 0, 16);
+    device::memsetSync(state.p, 0, stateBytes);
+    device::memsetSync(out.p, 0x5a, outBytes);
   }
   ~VirtualRank() { device::streamDestroy(stream); }
 };
 
-// What rank r's output holds at element i after operation `op` (rank q's input is
-// (q + 1) * (op + 1) everywhere; the root is the last rank).
-float virtualWant(int coll, int n, size_t i, size_t count, int op) {
-  using K = device::KernelColl;
-  if (coll == K::kAllGather) return static_cast<float>((i / count + 1) * (op + 1));
-  if (coll == K::kBroadcast) return static_cast<float>(n * (op + 1));
-  return static_cast<float>(n * (n + 1) / 2 * (op + 1));
+using device::KernelPipe;
+using KC = device::KernelColl;
+
+bool reduces(int coll) { return coll == KC::kAllReduce || coll == KC::kReduceScatter || coll == KC::kReduce; }
+bool wideIn(int coll) { return coll == KC::kReduceScatter || coll == KC::kAllToAll || coll == KC::kScatter; }
+bool wideOut(int coll) { return coll == KC::kAllGather || coll == KC::kAllToAll || coll == KC::kGather; }
+
+// Operation `op`'s data: its own positions of the reference data (the root is the last rank).
+constexpr size_t kOpStride = 1 << 24;
+float virtualInput(int coll, int n, int r, size_t i, int op) {
+  size_t at = i + static_cast<size_t>(op) * kOpStride;
+  if (reduces(coll)) return static_cast<float>(verify::inputValue(n, r, at, ncclFloat32, verify::TestOp::kSum));
+  return static_cast<float>(verify::movedValue(r, at, ncclFloat32));
+}
+float virtualWant(int coll, int n, int r, size_t i, size_t count, int op) {
+  size_t piece = i / count, j = i % count;
+  switch (coll) {
+    case KC::kAllGather: case KC::kGather: return virtualInput(coll, n, static_cast<int>(piece), j, op);
+    case KC::kAllToAll: return virtualInput(coll, n, static_cast<int>(piece), r * count + j, op);
+    case KC::kScatter: return virtualInput(coll, n, n - 1, r * count + i, op);
+    case KC::kBroadcast: return virtualInput(coll, n, n - 1, i, op);
+    default: break;
+  }
+  size_t at = (coll == KC::kReduceScatter ? r * count + i : i) + static_cast<size_t>(op) * kOpStride;
+  return static_cast<float>(verify::reducedValue(n, at, ncclFloat32, verify::TestOp::kSum));
 }
 
-// `split`: two-shot rounds. `graphs`: each rank's kernel is captured once, in a CUDA
-// graph, and every later operation replays it (the step counter in device memory
-// moves the slots along).
-std::string virtualRanks(int n, int coll, bool split, size_t count, int ops, bool graphs = false) {
-  const size_t slot = 512 << 10, bytes = count * sizeof(float) * (coll == device::KernelColl::kAllGather ? n : 1);
+// `graphs`: each rank's kernel is captured once, in a CUDA graph, and every later
+// operation replays it (the counts in device memory move the FIFOs along).
+std::string virtualRanks(int n, int coll, int algo, size_t count, int ops, bool graphs = false) {
+  const int channels = 4, depth = 4, conns = algo == KernelPipe::kRing ? 1 : n;
+  const size_t slot = 64 << 10, part = 4096, regionBytes = part + KernelPipe::regionBytes(channels, conns, depth, slot);
+  const size_t inCount = wideIn(coll) ? count * n : count, outCount = wideOut(coll) ? count * n : count;
   auto* words = static_cast<uint32_t*>(device::pinnedAlloc(8));
   words[0] = words[1] = 0;
   std::vector<std::unique_ptr<VirtualRank>> ranks;
-  for (int r = 0; r < n; ++r) ranks.push_back(std::make_unique<VirtualRank>(device::KernelColl::regionBytes(n, slot), bytes));
+  for (int r = 0; r < n; ++r)
+    ranks.push_back(std::make_unique<VirtualRank>(regionBytes, KernelPipe::stateWords(channels, conns) * 8,
+                                                  inCount * sizeof(float), outCount * sizeof(float)));
   std::string err;
   std::vector<void*> graph(n, nullptr);
   for (int op = 0; op < ops && err.empty(); ++op) {
     for (int r = 0; r < n; ++r) {
-      put(ranks[r]->in.p, std::vector<float>(count, static_cast<float>((r + 1) * (op + 1))));
+      std::vector<float> input(inCount);
+      for (size_t i = 0; i < inCount; ++i) input[i] = virtualInput(coll, n, r, i, op);
+      put(ranks[r]->in.p, input);
       if (graph[r]) {
         device::graphLaunch(graph[r], ranks[r]->stream);
         continue;
       }
-      device::KernelColl k;
+      KernelPipe k;
       k.coll = coll;
-      k.split = split;
+      k.algo = algo;
       k.rank = r;
       k.n = n;
       k.root = n - 1;
+      k.channels = k.blocks = channels;
+      k.part = part;
       k.type = ncclFloat32;
       k.es = 4;
       k.send = static_cast<const char*>(ranks[r]->in.p);
       k.recv = static_cast<char*>(ranks[r]->out.p);
       k.count = count;
+      k.depth = depth;
       k.slotBytes = slot;
-      k.shapeRounds(16 << 10);
-      for (int q = 0; q < n; ++q) k.region[q] = static_cast<char*>(ranks[q]->region.p);
-      k.counter = static_cast<uint64_t*>(ranks[r]->counter.p);
+      k.conns = conns;
+      auto regionOf = [&](int q) { return static_cast<char*>(ranks[q]->region.p); };
+      if (algo == KernelPipe::kRing) {
+        k.region[KernelPipe::kSelf] = regionOf(r);
+        k.region[KernelPipe::kPrev] = regionOf((r + n - 1) % n);
+        k.region[KernelPipe::kNext] = regionOf((r + 1) % n);
+      } else {
+        for (int q = 0; q < n; ++q) k.region[q] = regionOf(q);
+      }
+      k.state = static_cast<uint64_t*>(ranks[r]->state.p);
       auto* mapped = static_cast<uint32_t*>(device::mappedPointer(words));
       k.stop = mapped;
       k.error = mapped + 1;
       k.timeoutNs = 20000000000ull;
       if (graphs) device::graphBegin(ranks[r]->stream);
-      device::launchKernelColl(k, ranks[r]->stream);
+      device::launchKernelPipe(k, ranks[r]->stream);
       std::string why;
       if (graphs && !(graph[r] = device::graphEnd(ranks[r]->stream, &why))) return "capture failed: " + why;
       if (graphs) device::graphLaunch(graph[r], ranks[r]->stream);
@@ -480,15 +583,12 @@ std::string virtualRanks(int n, int coll, bool split, size_t count, int ops, boo
     for (int r = 0; r < n; ++r) device::streamSynchronize(ranks[r]->stream);
     if (words[1]) err = "a kernel gave up: error word " + std::to_string(words[1]);
     for (int r = 0; r < n && err.empty(); ++r) {
-      if (coll == device::KernelColl::kReduce && r != n - 1) continue;  // only the root has a result
-      std::vector<float> got(bytes / sizeof(float));
-      device::copySync(got.data(), ranks[r]->out.p, bytes);
-      for (size_t i = 0; i < got.size() && err.empty(); ++i) {
-        float want = virtualWant(coll, n, i, count, op);
-        if (got[i] != want)
-          err = "op " + std::to_string(op) + ", rank " + std::to_string(r) + ", element " + std::to_string(i) + ": " +
-                std::to_string(got[i]) + ", expected " + std::to_string(want);
-      }
+      if ((coll == KC::kReduce || coll == KC::kGather) && r != n - 1) continue;  // only the root has a result
+      std::vector<float> got(outCount), want(outCount);
+      device::copySync(got.data(), ranks[r]->out.p, outCount * sizeof(float));
+      device::memsetSync(ranks[r]->out.p, 0x5a, outCount * sizeof(float));  // poisoned for the next operation
+      for (size_t i = 0; i < outCount; ++i) want[i] = virtualWant(coll, n, r, i, count, op);
+      err = compareFloats(got, want, "op " + std::to_string(op) + ", rank " + std::to_string(r));
     }
   }
   for (void* g : graph)
@@ -498,19 +598,21 @@ std::string virtualRanks(int n, int coll, bool split, size_t count, int ops, boo
   return err;
 }
 
-TEST(KernelCollProtocol, VirtualRanksOnOneGpu) {
+TEST(PipeKernel, VirtualRanksOnOneGpu) {
   REQUIRE_GPU();
   auto results = runRanks(Mode::kThreads, 1, [](int, int, const ncclUniqueId&) -> std::string {
     device::setCurrentDevice(0);
-    using K = device::KernelColl;
-    std::string err = virtualRanks(2, K::kAllReduce, false, 3001, 3);                // one round, one block
-    if (err.empty()) err = virtualRanks(2, K::kAllReduce, false, (1 << 20) + 3, 2);  // 9 rounds of 32 blocks
-    if (err.empty()) err = virtualRanks(4, K::kAllReduce, true, 300001, 3);          // two-shot, 19 blocks
-    if (err.empty()) err = virtualRanks(3, K::kAllGather, false, 70001, 2);
-    if (err.empty()) err = virtualRanks(4, K::kBroadcast, true, 300001, 2);          // root 3 scatters, all spread
-    if (err.empty()) err = virtualRanks(3, K::kReduce, true, 300001, 2);             // slices reduced into root 2
-    if (err.empty()) err = virtualRanks(2, K::kAllReduce, false, 5000, 4, true);    // captured once, replayed
-    if (err.empty()) err = virtualRanks(4, K::kAllReduce, true, 300001, 3, true);
+    const int ring = KernelPipe::kRing, mesh = KernelPipe::kMesh;
+    std::string err = virtualRanks(2, KC::kAllReduce, ring, 3001, 3);
+    if (err.empty()) err = virtualRanks(4, KC::kAllReduce, ring, (1 << 20) + 3, 2);  // many loops per channel
+    if (err.empty()) err = virtualRanks(4, KC::kAllReduce, mesh, 300001, 3);
+    if (err.empty()) err = virtualRanks(3, KC::kAllGather, ring, 70001, 2);
+    if (err.empty()) err = virtualRanks(4, KC::kReduceScatter, mesh, 70001, 2);
+    if (err.empty()) err = virtualRanks(4, KC::kBroadcast, ring, 300001, 2);
+    if (err.empty()) err = virtualRanks(3, KC::kReduce, ring, 300001, 2);
+    if (err.empty()) err = virtualRanks(3, KC::kAllToAll, mesh, 30001, 2);
+    if (err.empty()) err = virtualRanks(2, KC::kAllReduce, ring, 5000, 4, true);  // captured once, replayed
+    if (err.empty()) err = virtualRanks(4, KC::kAllReduce, mesh, 300001, 3, true);
     return err;
   }, 120);
   EXPECT_EQ(failures(results), "");

@@ -69,7 +69,7 @@ TEST(GpuKernels, MatchTheCpuBitForBit) {
             std::vector<std::unique_ptr<DeviceBuffer>> dev;
             std::vector<const void*> hostIn, devIn;
             for (int j = 0; j < n; ++j) {
-              in.push_back(verify::makeBuffer(type, count + offset, [&](size_t i) { return verify::inputValue(j, i, type, op); }));
+              in.push_back(verify::makeBuffer(type, count + offset, [&](size_t i) { return verify::inputValue(n, j, i, type, op); }));
               dev.push_back(std::make_unique<DeviceBuffer>(bytes));
               upload(dev[j]->p, in[j]);
               hostIn.push_back(in[j].data() + offset * es);
@@ -119,7 +119,7 @@ TEST(GpuReduceOutputs, EveryOutputGetsTheSameBitsAndAnOutputMayBeAnInput) {
     std::vector<std::unique_ptr<DeviceBuffer>> dev;
     std::vector<const void*> hostIn, devIn;
     for (int j = 0; j < c.n; ++j) {
-      in.push_back(verify::makeBuffer(c.type, c.count, [&](size_t i) { return verify::inputValue(j, i, c.type, c.op); }));
+      in.push_back(verify::makeBuffer(c.type, c.count, [&](size_t i) { return verify::inputValue(c.n, j, i, c.type, c.op); }));
       dev.push_back(std::make_unique<DeviceBuffer>(bytes));
       upload(dev[j]->p, in[j]);
       hostIn.push_back(in[j].data());
@@ -191,14 +191,14 @@ std::string checkReductions(const Rank& r, ncclDataType_t type, TestOp op, bool 
   DeviceBuffer buf(count * n * es), out(count * n * es);
   std::string err;
   // All-reduce.
-  upload(buf.p, verify::makeBuffer(type, count, [&](size_t i) { return verify::inputValue(r.rank, i, type, op); }));
+  upload(buf.p, verify::makeBuffer(type, count, [&](size_t i) { return verify::inputValue(r.n, r.rank, i, type, op); }));
   void* arOut = inPlace ? buf.p : out.p;
   RANK_NCCL(ncclAllReduce(buf.p, arOut, count, type, redop, r.comm, static_cast<cudaStream_t>(r.stream)));
   if ((err = sync(r)).empty())
     err = compare(type, arOut, count, [&](size_t i) { return verify::reducedValue(r.n, i, type, op); }, "AllReduce " + tag);
   // Reduce-scatter: rank q keeps block q; in place, the output is the rank's block of the input.
   if (err.empty()) {
-    upload(buf.p, verify::makeBuffer(type, count * n, [&](size_t i) { return verify::inputValue(r.rank, i, type, op); }));
+    upload(buf.p, verify::makeBuffer(type, count * n, [&](size_t i) { return verify::inputValue(r.n, r.rank, i, type, op); }));
     void* rsOut = inPlace ? buf.at(r.rank * count * es) : out.p;
     RANK_NCCL(ncclReduceScatter(buf.p, rsOut, count, type, redop, r.comm, static_cast<cudaStream_t>(r.stream)));
     if ((err = sync(r)).empty())
@@ -208,7 +208,7 @@ std::string checkReductions(const Rank& r, ncclDataType_t type, TestOp op, bool 
   // Reduce to the last rank.
   if (err.empty()) {
     int root = r.n - 1;
-    upload(buf.p, verify::makeBuffer(type, count, [&](size_t i) { return verify::inputValue(r.rank, i, type, op); }));
+    upload(buf.p, verify::makeBuffer(type, count, [&](size_t i) { return verify::inputValue(r.n, r.rank, i, type, op); }));
     void* rOut = inPlace ? buf.p : out.p;
     RANK_NCCL(ncclReduce(buf.p, rOut, count, type, redop, root, r.comm, static_cast<cudaStream_t>(r.stream)));
     if ((err = sync(r)).empty() && r.rank == root)
@@ -280,7 +280,7 @@ std::string checkLarge(const Rank& r) {
   const ncclDataType_t type = ncclFloat32;
   auto cs = static_cast<cudaStream_t>(r.stream);
   DeviceBuffer buf(count * sizeof(float));  // every path below syncs before it is freed
-  upload(buf.p, verify::makeBuffer(type, count, [&](size_t i) { return verify::inputValue(r.rank, i, type, TestOp::kSum); }));
+  upload(buf.p, verify::makeBuffer(type, count, [&](size_t i) { return verify::inputValue(r.n, r.rank, i, type, TestOp::kSum); }));
   RANK_NCCL(ncclAllReduce(buf.p, buf.p, count, type, ncclSum, r.comm, cs));
   std::string err = sync(r);
   if (err.empty())
@@ -292,7 +292,7 @@ std::string checkLarge(const Rank& r) {
   if ((err = sync(r)).empty())
     err = compare(type, buf.p, count, [&](size_t i) { return verify::movedValue(root, i, type); }, "large Broadcast");
   if (!err.empty()) return err;
-  upload(buf.p, verify::makeBuffer(type, count, [&](size_t i) { return verify::inputValue(r.rank, i, type, TestOp::kMax); }));
+  upload(buf.p, verify::makeBuffer(type, count, [&](size_t i) { return verify::inputValue(r.n, r.rank, i, type, TestOp::kMax); }));
   RANK_NCCL(ncclReduce(buf.p, buf.p, count, type, ncclMax, 0, r.comm, cs));
   if ((err = sync(r)).empty() && r.rank == 0)
     err = compare(type, buf.p, count, [&](size_t i) { return verify::reducedValue(r.n, i, type, TestOp::kMax); }, "large Reduce");
@@ -414,8 +414,7 @@ TEST(GpuSharing, DestroyingOneCommunicatorWhileAnotherWaitsOnTheGpu) {
     RANK_NCCL(ncclCommInitRank(&b, n, idB, rank));
     const size_t count = 1 << 16;
     DeviceBuffer d(count * sizeof(float));
-    std::vector<float> ones(count, 1.0f), got(count);
-    device::copySync(d.p, ones.data(), count * sizeof(float));
+    uploadFloats(d.p, refInput(n, rank, count));
     RANK_NCCL(ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, a, s));  // A's proxy has its flags now
     device::streamSynchronize(s);
     if (rank == 1) {  // ranks sharing a GPU wait in the call itself (DeviceProxy::runBlocking)
@@ -429,11 +428,12 @@ TEST(GpuSharing, DestroyingOneCommunicatorWhileAnotherWaitsOnTheGpu) {
       RANK_NCCL(ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, b, s));
     }
     device::streamSynchronize(s);
-    device::copySync(got.data(), d.p, count * sizeof(float));
+    std::vector<float> got = downloadFloats(d.p, count), want = refSum(n, count);
+    for (float& x : want) x *= 2;  // the sum, summed again
     if (a) ncclCommDestroy(a);
     ncclCommDestroy(b);
     device::streamDestroy(s);
-    return got[0] == 4.0f && got[count - 1] == 4.0f ? "" : "got " + std::to_string(got[0]) + ", expected 4";
+    return compareFloats(got, want, "two all-reduces");
   }, 120);
   EXPECT_EQ(failures(results), "");
 }
@@ -455,13 +455,13 @@ TEST(GpuLifetime, AProcessThatExitsWithoutDestroyingItsCommunicatorExitsCleanly)
           RANK_NCCL(ncclCommInitRank(&comm, n, id, rank));
           const size_t count = 1 << 16;
           DeviceBuffer d(count * sizeof(float));
-          std::vector<float> v(count, static_cast<float>(rank + 1)), got(count);
-          device::copySync(d.p, v.data(), count * sizeof(float));
+          uploadFloats(d.p, refInput(n, rank, count));
           for (int i = 0; i < 3; ++i)
             RANK_NCCL(ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, comm, static_cast<cudaStream_t>(s)));
           device::streamSynchronize(s);
-          device::copySync(got.data(), d.p, count * sizeof(float));
-          if (got[0] != 12.0f || got[count - 1] != 12.0f) return "got " + std::to_string(got[0]) + ", expected 12";
+          std::vector<float> want = refSum(n, count);
+          for (float& x : want) x *= 4;  // the sum, then doubled twice
+          if (auto e = compareFloats(downloadFloats(d.p, count), want, "three all-reduces"); !e.empty()) return e;
           usleep(100000);  // the peer is done with this rank's memory too
           exit(0);         // no ncclCommDestroy, no stream or buffer freed: static destructors run
         },
@@ -535,8 +535,8 @@ TEST(ManyGpusErrors, AStreamOfAnotherGpuFailsTheCallAndTheCommunicatorGoesOn) {
     RANK_NCCL(ncclCommInitRank(&comm, n, id, rank));
     const size_t count = 4096;
     DeviceBuffer d(count * sizeof(float)), out(count * sizeof(float));
-    std::vector<float> ones(count, 1.0f), got(count);
-    device::copySync(d.p, ones.data(), count * sizeof(float));
+    std::vector<float> input = refInput(n, rank, count);
+    uploadFloats(d.p, input);
     // Out of place: one rank's in-place all-reduce has nothing to enqueue (DeviceSelf).
     ncclResult_t r = ncclAllReduce(d.p, out.p, count, ncclFloat32, ncclSum, comm, other);
     std::string why = ncclGetLastError(comm);
@@ -544,7 +544,7 @@ TEST(ManyGpusErrors, AStreamOfAnotherGpuFailsTheCallAndTheCommunicatorGoesOn) {
     if (why.empty()) return "no message for the failed call";
     RANK_NCCL(ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, comm, mine));
     device::streamSynchronize(mine);
-    device::copySync(got.data(), d.p, count * sizeof(float));
+    std::vector<float> got = downloadFloats(d.p, count);
     auto start = std::chrono::steady_clock::now();
     ncclCommDestroy(comm);
     double destroySec = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -552,7 +552,7 @@ TEST(ManyGpusErrors, AStreamOfAnotherGpuFailsTheCallAndTheCommunicatorGoesOn) {
     device::setCurrentDevice(1);
     device::streamDestroy(other);
     if (destroySec > 2) return "ncclCommDestroy waited " + std::to_string(destroySec) + " s for the abandoned job";
-    return got[0] == 1.0f && got[count - 1] == 1.0f ? "" : "got " + std::to_string(got[0]) + ", expected 1";
+    return compareFloats(got, input, "one rank's all-reduce in place");
   }, 120);
   EXPECT_EQ(failures(results), "");
 }

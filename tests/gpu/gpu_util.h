@@ -14,6 +14,7 @@
 
 #include "device/gpu.h"
 #include "nccl.h"
+#include "verify/reference.h"
 
 namespace strata::test {
 
@@ -114,6 +115,44 @@ inline std::vector<char> download(const void* src, size_t bytes) {
   std::vector<char> host(bytes);
   device::copySync(host.data(), src, bytes);
   return host;
+}
+
+// Float reference data (verify/reference.h) for the tests that move float32: rank
+// `rank` of `n`'s input to a sum at positions [first, first + count), the exact sum of
+// the n ranks' inputs, and the values of a moved piece tagged `tag`.
+inline std::vector<float> refInput(int n, int rank, size_t count, size_t first = 0) {
+  std::vector<float> v(count);
+  for (size_t i = 0; i < count; ++i)
+    v[i] = static_cast<float>(verify::inputValue(n, rank, first + i, ncclFloat32, verify::TestOp::kSum));
+  return v;
+}
+inline std::vector<float> refSum(int n, size_t count, size_t first = 0) {
+  std::vector<float> v(count);
+  for (size_t i = 0; i < count; ++i)
+    v[i] = static_cast<float>(verify::reducedValue(n, first + i, ncclFloat32, verify::TestOp::kSum));
+  return v;
+}
+inline std::vector<float> refMoved(int tag, size_t count, size_t first = 0) {
+  std::vector<float> v(count);
+  for (size_t i = 0; i < count; ++i) v[i] = static_cast<float>(verify::movedValue(tag, first + i, ncclFloat32));
+  return v;
+}
+inline void uploadFloats(void* dst, const std::vector<float>& v) { device::copySync(dst, v.data(), v.size() * sizeof(float)); }
+inline std::vector<float> downloadFloats(const void* p, size_t count) {
+  std::vector<float> v(count);
+  device::copySync(v.data(), p, count * sizeof(float));
+  return v;
+}
+// "" when equal bit for bit, else the first difference as "<what>: element i is x, expected y".
+inline std::string compareFloats(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  if (got.size() != want.size()) return what + ": " + std::to_string(got.size()) + " elements, expected " + std::to_string(want.size());
+  return verify::compareBuffers(ncclFloat32, got.data(), want.data(), got.size(), what);
+}
+// The pieces one after another (an all-gather's or all-to-all's expected output).
+inline std::vector<float> concat(const std::vector<std::vector<float>>& pieces) {
+  std::vector<float> all;
+  for (const auto& p : pieces) all.insert(all.end(), p.begin(), p.end());
+  return all;
 }
 
 }  // namespace strata::test

@@ -1,5 +1,6 @@
-// The device-driven protocols (device/kernel_coll.h, kernel_p2p.h) over the host primitives
-// (device/sim_prims.h), with no GPU at all: ranks are threads, regions plain memory.
+// The device-driven point-to-point protocol (device/kernel_p2p.h) over the host
+// primitives (device/sim_prims.h), with no GPU at all: ranks are threads, regions plain
+// memory. (The collective kernel's protocol: pipe_protocol_test.cc.)
 // Under weak memory a block's stores into peers' regions wait for a system fence;
 // the protocol is exact there, and the same protocol without its fence is not.
 #include <gtest/gtest.h>
@@ -15,7 +16,6 @@
 namespace strata::test {
 namespace {
 
-using device::KernelColl;
 using device::KernelP2p;
 
 // The primitives with the fence before each flag left out, as a protocol that
@@ -25,115 +25,6 @@ class NoFence : public device::sim::HostPrims {
   using HostPrims::HostPrims;
   void fenceSystem() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 };
-
-struct Case {
-  int coll, n;
-  bool split;
-  size_t count;  // elements of one rank's piece
-};
-
-// Rank q's input at element i in operation `op`: small integers, so sums are exact,
-// different per element, rank and operation, so stale data shows.
-float input(int q, size_t i, int op) { return static_cast<float>((i * 7 + q * 3 + op * 5) % 64); }
-
-float expected(const Case& s, int r, size_t i, int op) {
-  int from = static_cast<int>(i / s.count);
-  switch (s.coll) {
-    case KernelColl::kAllGather: case KernelColl::kGather: return input(from, i % s.count, op);
-    case KernelColl::kAllToAll: return input(from, r * s.count + i % s.count, op);
-    case KernelColl::kScatter: return input(s.n - 1, r * s.count + i, op);
-    case KernelColl::kBroadcast: return input(s.n - 1, i, op);
-    default: break;
-  }
-  size_t at = s.coll == KernelColl::kReduceScatter ? r * s.count + i : i;
-  float sum = 0;
-  for (int q = 0; q < s.n; ++q) sum += input(q, at, op);
-  return sum;
-}
-
-// `ops` operations of `s` on ranks as threads, slots of 4 KiB (so several rounds
-// and blocks); an empty string when every output is exact.
-template <class P>
-std::string run(const Case& s, bool weak, int ops) {
-  const size_t slot = 4096;
-  const bool gathers = s.coll == KernelColl::kAllGather || s.coll == KernelColl::kGather ||
-                       s.coll == KernelColl::kAllToAll;
-  const bool scatters = s.coll == KernelColl::kReduceScatter || s.coll == KernelColl::kScatter ||
-                        s.coll == KernelColl::kAllToAll;
-  const size_t inCount = scatters ? s.count * s.n : s.count, outCount = gathers ? s.count * s.n : s.count;
-  std::vector<std::vector<uint64_t>> regions(s.n, std::vector<uint64_t>(KernelColl::regionBytes(s.n, slot) / 8));
-  std::vector<std::vector<uint64_t>> counters(s.n, std::vector<uint64_t>(2));
-  std::vector<std::vector<float>> in(s.n, std::vector<float>(inCount)), out(s.n, std::vector<float>(outCount));
-  uint32_t words[2] = {0, 0};
-  for (int op = 0; op < ops; ++op) {
-    for (int q = 0; q < s.n; ++q)
-      for (size_t i = 0; i < inCount; ++i) in[q][i] = input(q, i, op);
-    std::vector<std::thread> ranks;
-    for (int r = 0; r < s.n; ++r)
-      ranks.emplace_back([&, r] {
-        KernelColl k;
-        k.coll = s.coll;
-        k.split = s.split;
-        k.rank = r;
-        k.n = s.n;
-        k.root = s.n - 1;
-        k.send = reinterpret_cast<const char*>(in[r].data());
-        k.recv = reinterpret_cast<char*>(out[r].data());
-        k.count = s.count;
-        k.slotBytes = slot;
-        k.shapeRounds(1024);
-        for (int q = 0; q < s.n; ++q) k.region[q] = reinterpret_cast<char*>(regions[q].data());
-        k.counter = counters[r].data();
-        k.stop = &words[0];
-        k.error = &words[1];
-        k.timeoutNs = 20000000000ull;
-        P p(k, false, weak);
-        for (int b = 0; b < k.blocks; ++b) {
-          device::kernel::runBlock(k, p, b);
-          p.publish();
-        }
-      });
-    for (std::thread& t : ranks) t.join();
-    if (words[1]) return "a block gave up: error word " + std::to_string(words[1]);
-    for (int r = 0; r < s.n; ++r) {
-      bool rootOnly = s.coll == KernelColl::kReduce || s.coll == KernelColl::kGather;
-      if (rootOnly && r != s.n - 1) continue;  // only the root has a result
-      for (size_t i = 0; i < outCount; ++i)
-        if (out[r][i] != expected(s, r, i, op))
-          return "op " + std::to_string(op) + ", rank " + std::to_string(r) + ", element " + std::to_string(i) +
-                 ": " + std::to_string(out[r][i]) + ", expected " + std::to_string(expected(s, r, i, op));
-    }
-  }
-  return "";
-}
-
-const Case kCases[] = {
-    {KernelColl::kAllReduce, 2, false, 5000},     {KernelColl::kAllReduce, 4, true, 20011},
-    {KernelColl::kAllGather, 3, false, 3001},     {KernelColl::kReduceScatter, 4, false, 3001},
-    {KernelColl::kBroadcast, 2, false, 5000},     {KernelColl::kBroadcast, 4, true, 20011},
-    {KernelColl::kReduce, 3, false, 5000},        {KernelColl::kReduce, 3, true, 20011},
-    {KernelColl::kAllToAll, 4, false, 3001},      {KernelColl::kGather, 3, false, 3001},
-    {KernelColl::kScatter, 4, false, 3001},
-};
-
-std::string name(const Case& s) {
-  return "coll " + std::to_string(s.coll) + (s.split ? " two-shot" : " one-shot") + ", " + std::to_string(s.n) +
-         " ranks";
-}
-
-TEST(KernelCollProtocol, ExactUnderWeakMemory) {
-  for (const Case& s : kCases) EXPECT_EQ(run<device::sim::HostPrims>(s, true, 3), "") << name(s);
-}
-
-// The mode bites: the protocol without its fence is exact on plain host memory (the
-// host's atomics hide the omission) and wrong under weak memory, every time (a block
-// publishes only when it ends, after its peers read the early rounds).
-TEST(KernelCollProtocol, WeakMemoryNeedsTheFence) {
-  for (const Case& s : kCases) {
-    EXPECT_EQ(run<NoFence>(s, false, 2), "") << name(s);
-    EXPECT_EQ(run<NoFence>(s, true, 2).rfind("op 0, ", 0), 0u) << name(s);  // stale slots in the first operation
-  }
-}
 
 // Point-to-point (kernel_p2p.h): every rank sends four messages to the next rank and
 // receives four from the previous one, in one kernel per rank, every block on a
@@ -238,7 +129,7 @@ TEST(KernelP2pProtocol, ASizeMismatchFailsNamingTheSender) {
       for (int b = 0; b < k[r].blocks(); ++b) device::kernel::runP2pBlock(k[r], p, b);
     });
   for (std::thread& t : ranks) t.join();
-  EXPECT_EQ(words[1] >> 8, static_cast<uint32_t>(KernelColl::kSizeMismatch));
+  EXPECT_EQ(words[1] >> 8, static_cast<uint32_t>(device::KernelColl::kSizeMismatch));
   EXPECT_EQ(words[1] & 0xff, 0u);
 }
 

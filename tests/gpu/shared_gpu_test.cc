@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,23 +25,12 @@
 namespace strata::test {
 namespace {
 
-std::vector<float> downloadFloats(const void* p, size_t count) {
-  std::vector<float> v(count);
-  device::copySync(v.data(), p, count * sizeof(float));
+// The exact sum of the n ranks' inputs, doubled `times` times (in-place all-reduces
+// repeated: each after the first doubles what every rank holds; exact in float).
+std::vector<float> doubledSum(int n, size_t count, int times) {
+  std::vector<float> v = refSum(n, count);
+  for (float& x : v) x = std::ldexp(x, times);
   return v;
-}
-
-std::string expectAll(const std::vector<float>& got, float want, const std::string& what) {
-  for (size_t i = 0; i < got.size(); ++i)
-    if (got[i] != want)
-      return what + ": element " + std::to_string(i) + " is " + std::to_string(got[i]) + ", expected " +
-             std::to_string(want);
-  return "";
-}
-
-void fill(void* p, size_t count, float value) {
-  std::vector<float> v(count, value);
-  device::copySync(p, v.data(), count * sizeof(float));
 }
 
 // `n` ranks as threads, every one on GPU 0 with a stream and a communicator, each
@@ -73,24 +64,21 @@ TEST(SharedGpu, OneThreadDrivesEveryRankOnOneStream) {
   for (int r = 0; r < n; ++r) {
     in.emplace_back(count * sizeof(float));
     out.emplace_back(count * n * sizeof(float));
-    std::vector<float> v(count, static_cast<float>(r + 1));
-    device::copySync(in[r].p, v.data(), count * sizeof(float));
+    uploadFloats(in[r].p, refInput(n, r, count));
   }
   ASSERT_EQ(ncclGroupStart(), ncclSuccess);
   for (int r = 0; r < n; ++r) ncclAllReduce(in[r].p, out[r].p, count, ncclFloat32, ncclSum, comms[r], stream);
   ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
   device::streamSynchronize(stream);
-  for (int r = 0; r < n; ++r) EXPECT_EQ(expectAll(downloadFloats(out[r].p, count), 6.0f, "all-reduce rank " + std::to_string(r)), "");
+  for (int r = 0; r < n; ++r)
+    EXPECT_EQ(compareFloats(downloadFloats(out[r].p, count), refSum(n, count), "all-reduce rank " + std::to_string(r)), "");
   ASSERT_EQ(ncclGroupStart(), ncclSuccess);
   for (int r = 0; r < n; ++r) ncclAllGather(in[r].p, out[r].p, count, ncclFloat32, comms[r], stream);
   ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
   device::streamSynchronize(stream);
-  for (int r = 0; r < n; ++r) {
-    std::vector<float> got = downloadFloats(out[r].p, count * n);
-    for (int q = 0; q < n; ++q)
-      EXPECT_EQ(expectAll(std::vector<float>(got.begin() + q * count, got.begin() + (q + 1) * count), q + 1.0f,
-                          "all-gather rank " + std::to_string(r) + " block " + std::to_string(q)), "");
-  }
+  std::vector<float> gathered = concat({refInput(n, 0, count), refInput(n, 1, count), refInput(n, 2, count)});
+  for (int r = 0; r < n; ++r)
+    EXPECT_EQ(compareFloats(downloadFloats(out[r].p, count * n), gathered, "all-gather rank " + std::to_string(r)), "");
   for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
   device::streamDestroy(stream);
 }
@@ -126,22 +114,23 @@ TEST(SharedGpu, OneThreadCapturesEveryRankAndReplaysExactly) {
   ASSERT_NE(graph, nullptr) << err;
   const size_t block = count / n;
   for (int k = 1; k <= 3; ++k) {
+    // Replay k's data: its own positions of the reference data; rank r's block q is tagged (r, q).
     for (int r = 0; r < n; ++r) {
-      fill(in[r].p, count, static_cast<float>(k * (r + 1)));
-      std::vector<float> v(block * n);
-      for (int q = 0; q < n; ++q) std::fill(v.begin() + q * block, v.begin() + (q + 1) * block, k * 100.0f + r * 10 + q);
-      device::copySync(all[r].p, v.data(), v.size() * sizeof(float));
+      uploadFloats(in[r].p, refInput(n, r, count, k * count));
+      std::vector<std::vector<float>> blocks;
+      for (int q = 0; q < n; ++q) blocks.push_back(refMoved(r * n + q, block, k * block));
+      uploadFloats(all[r].p, concat(blocks));
     }
     device::graphLaunch(graph, stream);
     device::streamSynchronize(stream);
     std::string replay = "replay " + std::to_string(k) + ", rank ";
     for (int r = 0; r < n; ++r) {
-      EXPECT_EQ(expectAll(downloadFloats(out[r].p, count), 6.0f * k, replay + std::to_string(r) + " all-reduce"), "");
-      std::vector<float> got = downloadFloats(all[r].p, block * n);
-      for (int q = 0; q < n; ++q)  // block q: rank q's block r
-        EXPECT_EQ(expectAll(std::vector<float>(got.begin() + q * block, got.begin() + (q + 1) * block),
-                            k * 100.0f + q * 10 + r, replay + std::to_string(r) + " all-to-all block " + std::to_string(q)),
-                  "");
+      EXPECT_EQ(compareFloats(downloadFloats(out[r].p, count), refSum(n, count, k * count),
+                              replay + std::to_string(r) + " all-reduce"), "");
+      std::vector<std::vector<float>> blocks;  // block q: rank q's block r
+      for (int q = 0; q < n; ++q) blocks.push_back(refMoved(q * n + r, block, k * block));
+      EXPECT_EQ(compareFloats(downloadFloats(all[r].p, block * n), concat(blocks), replay + std::to_string(r) + " all-to-all"),
+                "");
     }
   }
   device::graphDestroy(graph);
@@ -158,13 +147,13 @@ TEST(SharedGpu, ChainedCallsOnStreamsThatChangeStayInOrder) {
     cudaStream_t s[2] = {own, static_cast<cudaStream_t>(other)};
     const size_t count = 1 << 22;  // kernels long enough to overlap the next call's if nothing orders them
     DeviceBuffer d(count * sizeof(float));
-    fill(d.p, count, 1.0f);
-    for (int i = 0; i < 12; ++i)  // 1 -> 2^12 (exact in float)
+    uploadFloats(d.p, refInput(2, rank, count));
+    for (int i = 0; i < 12; ++i)  // the sum, then doubled 11 times (exact in float)
       RANK_NCCL(ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, comm, s[(i + rank) % 2]));
     for (cudaStream_t x : s) device::streamSynchronize(x);
     device::streamDestroy(other);
     ncclCommDestroy(comm);
-    return expectAll(downloadFloats(d.p, count), 4096.0f, "after 12 all-reduces");
+    return compareFloats(downloadFloats(d.p, count), doubledSum(2, count, 11), "after 12 all-reduces");
   }), "");
 }
 
@@ -176,15 +165,15 @@ TEST(SharedGpu, AHostOperationWaitsForEarlierDeviceWork) {
   EXPECT_EQ(onGpu0(2, [](int rank, ncclComm_t comm, cudaStream_t s) -> std::string {
     const size_t count = 1 << 22;
     DeviceBuffer d(count * sizeof(float));
-    fill(d.p, count, 1.0f);
-    for (int i = 0; i < 16; ++i)  // 1 -> 2^16, queued faster than the stream runs them
+    uploadFloats(d.p, refInput(2, rank, count));
+    for (int i = 0; i < 16; ++i)  // the sum doubled 15 times, queued faster than the stream runs them
       RANK_NCCL(ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, comm, s));
     int word[2] = {rank, 0};
     RANK_NCCL(ncclAllReduce(&word[0], &word[1], 1, ncclInt32, ncclSum, comm, nullptr));
     std::vector<float> got = downloadFloats(d.p, count);  // no stream synchronised
     device::streamSynchronize(s);
     ncclCommDestroy(comm);
-    return word[1] == 1 ? expectAll(got, 65536.0f, "after the host all-reduce") : "host all-reduce wrong";
+    return word[1] == 1 ? compareFloats(got, doubledSum(2, count, 15), "after the host all-reduce") : "host all-reduce wrong";
   }), "");
 }
 
@@ -198,40 +187,32 @@ TEST(SharedGpu, PairwiseCollectivesInPlaceAreExact) {
     const int n = 3, root = 1;
     const size_t count = 1000;  // 4000-byte blocks: off 16-byte multiples past the first
     DeviceBuffer d(count * n * sizeof(float));
-    std::vector<float> v(count * n);
-    auto value = [](int from, int block, size_t i) { return static_cast<float>(from * 100000 + block * 1000 + i % 1000); };
-    for (int q = 0; q < n; ++q)
-      for (size_t i = 0; i < count; ++i) v[q * count + i] = value(rank, q, i);
-    device::copySync(d.p, v.data(), v.size() * sizeof(float));
+    auto blocks = [&](const std::function<int(int)>& tag) {  // block q holds the piece tagged tag(q)
+      std::vector<std::vector<float>> b;
+      for (int q = 0; q < n; ++q) b.push_back(refMoved(tag(q), count));
+      return concat(b);
+    };
+    uploadFloats(d.p, blocks([&](int q) { return rank * n + q; }));  // (sender, block)
     RANK_NCCL(ncclAlltoAll(d.p, d.p, count, ncclFloat32, comm, s));
     device::streamSynchronize(s);
-    std::vector<float> got = downloadFloats(d.p, count * n);
-    for (int q = 0; q < n; ++q)  // block q now holds rank q's block `rank`
-      for (size_t i = 0; i < count; ++i)
-        if (got[q * count + i] != value(q, rank, i))
-          return "all-to-all in place: block " + std::to_string(q) + " element " + std::to_string(i) + " is " +
-                 std::to_string(got[q * count + i]) + ", expected " + std::to_string(value(q, rank, i));
+    // block q now holds rank q's block `rank`
+    auto e = compareFloats(downloadFloats(d.p, count * n), blocks([&](int q) { return q * n + rank; }), "all-to-all in place");
+    if (!e.empty()) return e;
     // Gather: every rank's block `rank`, which now holds its own block `rank`
     // (in place at the root: already there).
     RANK_NCCL(ncclGather(d.at(rank * count * sizeof(float)), d.p, count, ncclFloat32, root, comm, s));
     device::streamSynchronize(s);
-    got = downloadFloats(d.p, count * n);
-    for (int q = 0; rank == root && q < n; ++q)
-      for (size_t i = 0; i < count; ++i)
-        if (got[q * count + i] != value(q, q, i))
-          return "gather in place: block " + std::to_string(q) + " element " + std::to_string(i) + " is " +
-                 std::to_string(got[q * count + i]) + ", expected " + std::to_string(value(q, q, i));
-    // Scatter: the root's block q to rank q (in place at the root).
-    for (size_t i = 0; i < count * n; ++i) v[i] = static_cast<float>(rank == root ? i : 0);
-    device::copySync(d.p, v.data(), v.size() * sizeof(float));
+    if (rank == root) {
+      e = compareFloats(downloadFloats(d.p, count * n), blocks([&](int q) { return q * n + q; }), "gather in place");
+      if (!e.empty()) return e;
+    }
+    // Scatter: the root's block q (tagged 100 + q) to rank q (in place at the root).
+    uploadFloats(d.p, blocks([&](int q) { return rank == root ? 100 + q : 200 + q; }));
     RANK_NCCL(ncclScatter(d.p, d.at(rank * count * sizeof(float)), count, ncclFloat32, root, comm, s));
     device::streamSynchronize(s);
-    got = downloadFloats(d.at(rank * count * sizeof(float)), count);
+    std::vector<float> got = downloadFloats(d.at(rank * count * sizeof(float)), count);
     ncclCommDestroy(comm);
-    for (size_t i = 0; i < count; ++i)
-      if (got[i] != static_cast<float>(rank * count + i))
-        return "scatter in place: element " + std::to_string(i) + " is " + std::to_string(got[i]);
-    return "";
+    return compareFloats(got, refMoved(100 + rank, count), "scatter in place");
   }), "");
 }
 
@@ -243,17 +224,22 @@ TEST(SharedGpu, EightRanksAndNineAreExact) {
   for (int n : {8, 9}) {
     EXPECT_EQ(onGpu0(n, [n](int rank, ncclComm_t comm, cudaStream_t s) -> std::string {
       for (size_t count : {size_t{4096}, size_t{1031}}) {
-        DeviceBuffer a(count * sizeof(float)), b(count * sizeof(float)), all(count * n * sizeof(float));
-        fill(a.p, count, static_cast<float>(rank + 1));
+        DeviceBuffer a(count * sizeof(float)), b(count * sizeof(float)), c(count * sizeof(float)),
+            all(count * n * sizeof(float));
+        uploadFloats(a.p, refInput(n, rank, count));
+        uploadFloats(c.p, refMoved(rank, count));
         RANK_NCCL(ncclAllReduce(a.p, b.p, count, ncclFloat32, ncclSum, comm, s));  // out of place
         RANK_NCCL(ncclAllReduce(a.p, a.p, count, ncclFloat32, ncclSum, comm, s));  // in place
-        fill(all.p, count * n, -1.0f);
-        RANK_NCCL(ncclAllGather(b.p, all.p, count, ncclFloat32, comm, s));
+        uploadFloats(all.p, std::vector<float>(count * n, -1.0f));
+        RANK_NCCL(ncclAllGather(c.p, all.p, count, ncclFloat32, comm, s));
         device::streamSynchronize(s);
-        const float sum = static_cast<float>(n * (n + 1) / 2);
         std::string what = std::to_string(n) + " ranks, count " + std::to_string(count);
-        if (auto e = expectAll(downloadFloats(a.p, count), sum, "all-reduce in place, " + what); !e.empty()) return e;
-        if (auto e = expectAll(downloadFloats(all.p, count * n), sum, "all-gather of the sums, " + what); !e.empty())
+        std::vector<std::vector<float>> pieces;
+        for (int q = 0; q < n; ++q) pieces.push_back(refMoved(q, count));
+        if (auto e = compareFloats(downloadFloats(b.p, count), refSum(n, count), "all-reduce, " + what); !e.empty()) return e;
+        if (auto e = compareFloats(downloadFloats(a.p, count), refSum(n, count), "all-reduce in place, " + what); !e.empty())
+          return e;
+        if (auto e = compareFloats(downloadFloats(all.p, count * n), concat(pieces), "all-gather, " + what); !e.empty())
           return e;
       }
       ncclCommDestroy(comm);
@@ -294,7 +280,7 @@ TEST(SharedGpu, ARankAbortedAfterItsCallIsNotUsed) {
   EXPECT_EQ(onGpu0(2, [&](int rank, ncclComm_t comm, cudaStream_t s) -> std::string {
     const size_t count = 1024;
     DeviceBuffer d(count * sizeof(float));
-    fill(d.p, count, static_cast<float>(rank + 1));
+    uploadFloats(d.p, refInput(2, rank, count));
     if (rank == 1) {
       ncclResult_t r = ncclSuccess;
       std::thread call([&] { r = ncclAllReduce(d.p, d.p, count, ncclFloat32, ncclSum, comm, s); });

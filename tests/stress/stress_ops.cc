@@ -77,14 +77,14 @@ PreparedOp::PreparedOp(const StressCase& c, int rank, int n) : c_(c), rank_(rank
   switch (c.coll) {
     case StressColl::kAllReduce:
     case StressColl::kReduce:
-      in_ = makeBuffer(t, cnt, [&](size_t i) { return inputValue(rank, i, t, c.op); });
+      in_ = makeBuffer(t, cnt, [&](size_t i) { return inputValue(n, rank, i, t, c.op); });
       expected_ = makeBuffer(t, cnt, [&](size_t i) { return reducedValue(n, i, t, c.op); });
       out_.assign(cnt * es, 0x5a);
       recv_ = c.inPlace ? in_.data() : out_.data();
       checked_ = c.coll == StressColl::kReduce && rank != c.root ? 0 : cnt;
       break;
     case StressColl::kReduceScatter:
-      in_ = makeBuffer(t, cnt * n, [&](size_t i) { return inputValue(rank, i, t, c.op); });
+      in_ = makeBuffer(t, cnt * n, [&](size_t i) { return inputValue(n, rank, i, t, c.op); });
       expected_ = makeBuffer(t, cnt, [&](size_t i) { return reducedValue(n, rank * cnt + i, t, c.op); });
       out_.assign(cnt * es, 0x5a);
       recv_ = c.inPlace ? in_.data() + rank * cnt * es : out_.data();

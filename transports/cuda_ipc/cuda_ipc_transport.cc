@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 
 #include "base/config.h"
 #include "base/error.h"
@@ -68,22 +69,31 @@ bool CudaIpcTransport::canConnect(const PeerInfo& self, const PeerInfo& peer) co
 
 SharedRegion CudaIpcTransport::createRegion(const ConnectRequest& req, size_t bytes, std::string* handle) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::shared_ptr<void> buffer = owned_[{req.self, bytes}].lock();
+  for (auto it = owned_.begin(); it != owned_.end();)  // communicators gone
+    it = it->second.buffer.expired() ? owned_.erase(it) : std::next(it);
+  Owned& o = owned_[{req.scope, req.link, bytes}];
+  std::shared_ptr<void> buffer = o.buffer.lock();
   if (!buffer) {
     device::OnDevice on(req.self->device);
-    std::string ipc;
-    buffer = owning(device::ipcAlloc(bytes, &ipc), [](void* q) { device::ipcFree(q); });
+    buffer = owning(device::ipcAlloc(bytes, &o.ipc), [](void* q) { device::ipcFree(q); });
     // Zero-filled, as regions are promised: cudaMalloc hands back memory an earlier
     // communicator of this process used, and its flags would pass a new one's waits.
     device::memsetSync(buffer.get(), 0, bytes);
-    owned_[{req.self, bytes}] = buffer;
-    ipcHandles_[buffer.get()] = ipc;
+    o.buffer = buffer;
   }
-  const std::string& ipc = ipcHandles_[buffer.get()];
   Handle h{req.self->processHash, reinterpret_cast<uintptr_t>(buffer.get()), bytes, {}};
-  memcpy(h.ipc, ipc.data(), std::min(ipc.size(), sizeof h.ipc));
+  memcpy(h.ipc, o.ipc.data(), std::min(o.ipc.size(), sizeof h.ipc));
   handle->assign(reinterpret_cast<const char*>(&h), sizeof h);
   return SharedRegion{buffer.get(), bytes, buffer, nullptr};
+}
+
+std::shared_ptr<void> CudaIpcTransport::ownerOf(uintptr_t pointer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [key, o] : owned_) {
+    std::shared_ptr<void> b = o.buffer.lock();
+    if (b && reinterpret_cast<uintptr_t>(b.get()) == pointer) return b;
+  }
+  return nullptr;
 }
 
 SharedRegion CudaIpcTransport::attachRegion(const ConnectRequest& req, const std::string& handle) {
@@ -97,7 +107,10 @@ SharedRegion CudaIpcTransport::attachRegion(const ConnectRequest& req, const std
     STRATA_REQUIRE(device::enablePeerAccess(req.peer->device, &why), ncclUnhandledCudaError,
                    "cuda_ipc: rank %d (GPU %d) cannot reach rank %d's GPU %d: %s", req.self->rank, req.self->device,
                    req.peer->rank, req.peer->device, why.c_str());
-    return SharedRegion{reinterpret_cast<void*>(h.pointer), h.bytes, nullptr, nullptr};
+    std::shared_ptr<void> owner = ownerOf(h.pointer);
+    STRATA_REQUIRE(owner, ncclInternalError, "cuda_ipc: rank %d's region for rank %d is gone before it was mapped",
+                   req.peer->rank, req.self->rank);
+    return SharedRegion{owner.get(), h.bytes, owner, nullptr};
   }
   std::string why;
   void* p = device::ipcOpen(std::string(h.ipc, sizeof h.ipc), &why);

@@ -36,9 +36,10 @@ bool probeCma(pid_t pid, uint64_t probeAddr, uint64_t probe, std::string* why) {
 }
 
 // Below this, a Cross Memory Attach transfer (a system call that pins the pages)
-// takes longer than the two copies through the slots: with them, 0.4-0.7x the time
-// for 16-64 KiB transfers on the 2-core VM, while from 128 KiB the single copy wins
-// or ties (docs/perf.md, "One-sided transfers below 128 KiB").
+// takes longer than the two copies through the slots: a process_vm_writev after the
+// receiver's offer took 1.5-3.8x as long as the slots up to 256 KiB on a 2-core VM,
+// and a first version at 256 KiB was no faster than CMA at 128 KiB pieces
+// (docs/perf.md, "One-sided transfers below 128 KiB").
 constexpr size_t kCmaWorthBytes = 128 << 10;
 
 // The other end's memory: a plain copy into or out of a segment both map
@@ -126,8 +127,8 @@ class CmaPeer final : public PeerMemory {
 // except where both ends copy anyway and the transfer's registration has
 // Config::bulkBytes (256 KiB) or more: a ring's write (its output) and a balanced read
 // (DirectRead's input, all-gather's or a 2-rank broadcast's) go through the slots.
-// The kernel's page-by-page copy runs at 0.31-0.52x memcpy's rate, in the caches or
-// not; with two copies through the slots, one on each side at once, an all-reduce took
+// The kernel's page-by-page copy runs at 0.29-0.59x memcpy's rate (docs/perf.md, the
+// CMA model), in the caches or not; with two copies through the slots, one on each side at once, an all-reduce took
 // 0.54-0.96x its time at 256 KiB-16 MiB, DirectRead's all-gather 0.5-0.75x from 4 MiB
 // (4 ranks) or 8 MiB (2 ranks) and 0.87-1.05x below (docs/perf.md, "Exchanges through
 // the slots from 256 KiB"). Other point-to-point transfers keep it: a gather's root

@@ -9,6 +9,7 @@ import sys
 import torch
 import torch.distributed as dist
 
+import reference_data
 from launch import run_ranks
 
 R = dist.ReduceOp
@@ -25,23 +26,29 @@ def ops_for(dtype):
     return [R.SUM, R.PRODUCT, R.MIN, R.MAX] + ([R.AVG] if dtype in FLOATS else [])
 
 
-def data(rank, n, dtype, salt=0):
-    """Small values (1..3, or 0/1 for bool): sums, products and averages over up to
-    4 ranks are exact in every type."""
-    v = (torch.arange(n) * 7 + rank * 3 + salt) % 3 + 1
-    if dtype == torch.bool:
-        return (v % 2 == 0)
-    if dtype.is_complex:
-        return torch.complex(v.float(), (v % 2).float() * 2).to(dtype)
-    return v.to(dtype)
+WORLD = 0  # set by rank_main
+OP_NAMES = {R.SUM: "sum", R.PRODUCT: "prod", R.MIN: "min", R.MAX: "max", R.AVG: "avg"}
+
+
+def data(rank, n, dtype, salt=0, op=R.SUM):
+    """Rank `rank`'s n elements (reference_data): distinct per rank and position, and
+    every reduction over the world exact."""
+    return reference_data.data(rank, WORLD, n, dtype, salt, OP_NAMES[op])
 
 
 def reference(op, stack):
-    """In a wide type (exact for these inputs), then in the inputs' type."""
+    """Integers in int64, wrapping as integer arithmetic does, then truncated to the
+    inputs' type; floating types in a wide type (exact for these inputs), then rounded
+    once to the inputs' type."""
     dtype = stack.dtype
     if dtype == torch.bool:
         return {R.SUM: stack.any(0), R.PRODUCT: stack.all(0), R.MIN: stack.all(0), R.MAX: stack.any(0)}[op]
-    wide = stack.to(torch.complex128 if dtype.is_complex else torch.float64)
+    if dtype.is_complex:
+        wide = stack.to(torch.complex128)
+    elif dtype.is_floating_point:
+        wide = stack.to(torch.float64)
+    else:
+        wide = stack.to(torch.int64)
     out = {R.SUM: lambda: wide.sum(0), R.PRODUCT: lambda: wide.prod(0), R.MIN: lambda: wide.amin(0),
            R.MAX: lambda: wide.amax(0), R.AVG: lambda: wide.sum(0) / stack.shape[0]}[op]()
     return out.to(dtype)
@@ -54,9 +61,14 @@ class Checker:
 
     def expect(self, what, got, want):
         self.checks += 1
-        if got.dtype != want.dtype or got.shape != want.shape or not torch.equal(got, want):
-            self.errors.append(f"rank {self.rank}: {what}: got {got.flatten()[:6].tolist()} ({got.dtype}), "
-                               f"expected {want.flatten()[:6].tolist()} ({want.dtype})")
+        if got.dtype != want.dtype or got.shape != want.shape:
+            self.errors.append(f"rank {self.rank}: {what}: got {got.dtype} {tuple(got.shape)}, "
+                               f"expected {want.dtype} {tuple(want.shape)}")
+        elif not torch.equal(got, want):
+            g, w = got.flatten(), want.flatten()
+            i = (g != w).nonzero()[0].item()
+            self.errors.append(f"rank {self.rank}: {what}: element {i} of {g.numel()} is {g[i].item()}, "
+                               f"expected {w[i].item()} ({got.dtype})")
 
     def both(self, what, call, outputs_of):
         """Runs call(group) on strata and on gloo (fresh tensors each) and compares them.
@@ -79,11 +91,11 @@ def reductions(c, dtype):
         for n, shape in ((1000, None), (40, (8, 5)), (1 << 18, None)):
             if n == 1 << 18 and op != R.SUM:
                 continue
-            stack = torch.stack([data(r, n, dtype) for r in range(world)])
+            stack = torch.stack([data(r, n, dtype, op=op) for r in range(world)])
             want = reference(op, stack)
 
             def call(g, n=n, shape=shape, op=op):
-                t = data(rank, n, dtype)
+                t = data(rank, n, dtype, op=op)
                 if shape:  # non-contiguous: a transposed view
                     t = t.view(shape[1], shape[0]).t()
                 dist.all_reduce(t, op=op, group=g)
@@ -93,27 +105,27 @@ def reductions(c, dtype):
                 want = want.view(shape[1], shape[0]).t().reshape(-1)
             c.expect(f"all_reduce {dtype} {op} n={n}", got, want)
         root = 1 % world
-        stack = torch.stack([data(r, 100, dtype) for r in range(world)])
+        stack = torch.stack([data(r, 100, dtype, op=op) for r in range(world)])
 
         def rcall(g, op=op):
-            t = data(rank, 100, dtype)
+            t = data(rank, 100, dtype, op=op)
             dist.reduce(t, dst=root, op=op, group=g)
             return t
         # (Gloo uses the input of a non-root rank as scratch: compared at the root only)
         kept = []
         c.both(f"reduce[{dtype},{op}]", rcall, lambda t: kept.append(t) or ([t] if rank == root else []))
-        c.expect(f"reduce {dtype} {op}", kept[0], reference(op, stack) if rank == root else data(rank, 100, dtype))
+        c.expect(f"reduce {dtype} {op}", kept[0], reference(op, stack) if rank == root else data(rank, 100, dtype, op=op))
         # reduce-scatter, list and tensor forms
-        parts = [torch.stack([data(r, 30, dtype, salt=k) for r in range(world)]) for k in range(world)]
+        parts = [torch.stack([data(r, 30, dtype, salt=k, op=op) for r in range(world)]) for k in range(world)]
         want = reference(op, parts[rank])
 
         def rs(g, op=op):
             out = torch.empty(30, dtype=dtype)
-            dist.reduce_scatter(out, [data(rank, 30, dtype, salt=k) for k in range(world)], op=op, group=g)
+            dist.reduce_scatter(out, [data(rank, 30, dtype, salt=k, op=op) for k in range(world)], op=op, group=g)
             return out
         c.expect(f"reduce_scatter {dtype} {op}", c.both(f"reduce_scatter[{dtype}]", rs, lambda t: [t])[0], want)
         out = torch.empty(30, dtype=dtype)
-        dist.reduce_scatter_tensor(out, torch.cat([data(rank, 30, dtype, salt=k) for k in range(world)]), op=op,
+        dist.reduce_scatter_tensor(out, torch.cat([data(rank, 30, dtype, salt=k, op=op) for k in range(world)]), op=op,
                                    group=c.strata)
         c.expect(f"reduce_scatter_tensor {dtype} {op}", out, want)
 
@@ -183,7 +195,8 @@ def alltoall(c, dtype):
     c.expect(f"all_to_all_single {dtype}", got, want)
     # unequal: rank r sends (r + k) % 3 + 1 rows to rank k
     rows = lambda r, k: (r + k) % 3 + 1  # noqa: E731
-    send = torch.cat([torch.full((rows(rank, k), 2), k * 10 + rank).to(dtype) for k in range(world)])
+    block = lambda r, k: data(r, rows(r, k) * 2, dtype, salt=100 + k).view(rows(r, k), 2)  # noqa: E731
+    send = torch.cat([block(rank, k) for k in range(world)])
 
     def unequal(g):
         out = torch.empty(sum(rows(r, rank) for r in range(world)), 2, dtype=dtype)
@@ -191,7 +204,7 @@ def alltoall(c, dtype):
                                input_split_sizes=[rows(rank, k) for k in range(world)], group=g)
         return out
     got = c.both(f"all_to_all_single unequal[{dtype}]", unequal, lambda t: [t])[0]
-    want = torch.cat([torch.full((rows(r, rank), 2), rank * 10 + r).to(dtype) for r in range(world)])
+    want = torch.cat([block(r, rank) for r in range(world)])
     c.expect(f"all_to_all_single unequal {dtype}", got, want)
 
     def listed(g):
@@ -207,47 +220,53 @@ def point_to_point(c):
     rank, world = c.rank, c.world
     g = c.strata
     nxt, prv = (rank + 1) % world, (rank - 1) % world
+    f32 = torch.float32
     for n in (5, 1 << 20):  # within the slots, and much more than them
-        got = torch.empty(n, dtype=torch.float32)
-        ops = [dist.P2POp(dist.isend, torch.full((n,), float(rank)), nxt, g),
-               dist.P2POp(dist.irecv, got, prv, g)]
+        got = torch.empty(n, dtype=f32)
+        ops = [dist.P2POp(dist.isend, data(rank, n, f32, salt=7), nxt, g), dist.P2POp(dist.irecv, got, prv, g)]
         for w in dist.batch_isend_irecv(ops):
             w.wait()
-        c.expect(f"batch_isend_irecv ring n={n}", got, torch.full((n,), float(prv)))
+        c.expect(f"batch_isend_irecv ring n={n}", got, data(prv, n, f32, salt=7))
     if rank in (0, 1):
-        t = torch.arange(10, dtype=torch.int64) * (rank + 1)
+        i64 = torch.int64
+        t = data(rank, 10, i64, salt=8)
         other = 1 - rank
         if rank == 0:
             dist.send(t, dst=other, group=g)
             dist.recv(t, src=other, group=g)
-            c.expect("send/recv 1->0", t, torch.arange(10) * 2)
+            c.expect("send/recv 1->0", t, data(1, 10, i64, salt=8))
         else:
-            got = torch.empty(10, dtype=torch.int64)
+            got = torch.empty(10, dtype=i64)
             dist.recv(got, src=other, group=g)
-            c.expect("send/recv 0->1", got, torch.arange(10))
+            c.expect("send/recv 0->1", got, data(0, 10, i64, salt=8))
             dist.send(t, dst=other, group=g)
 
 
 def asynchronous(c):
     rank, world = c.rank, c.world
-    ts = [torch.full((1000,), float(rank + k)) for k in range(4)]
+    f32 = torch.float32
+    ts = [data(rank, 1000, f32, salt=10 + k) for k in range(4)]
+    wants = [reference(R.SUM, torch.stack([data(r, 1000, f32, salt=10 + k) for r in range(world)])) for k in range(4)]
     works = [dist.all_reduce(t, group=c.strata, async_op=True) for t in ts]
     for k, (t, w) in enumerate(zip(ts, works)):
         w.wait()
         if not w.is_completed():
             c.errors.append(f"rank {rank}: work {k} not completed after wait")
-        c.expect(f"async all_reduce {k}", t, torch.full((1000,), float(sum(range(world)) + world * k)))
-    fut = dist.all_reduce(torch.ones(8), group=c.strata, async_op=True).get_future()
-    c.expect("future value", fut.wait()[0], torch.full((8,), float(world)))
+        c.expect(f"async all_reduce {k}", t, wants[k])
+    fut = dist.all_reduce(data(rank, 8, f32, salt=20), group=c.strata, async_op=True).get_future()
+    c.expect("future value", fut.wait()[0], reference(R.SUM, torch.stack([data(r, 8, f32, salt=20) for r in range(world)])))
     dist.barrier(group=c.strata)
     works = []
+    ts = [data(rank, 1000, f32, salt=30 + k) for k in range(3)]
     from torch.distributed.distributed_c10d import _coalescing_manager
     with _coalescing_manager(c.strata, works):  # as batch_isend_irecv uses it, with collectives
         for k in range(3):
             works.append(dist.all_reduce(ts[k], group=c.strata, async_op=True))
     for w in works:
         w.wait()
-    c.checks += 1
+    for k in range(3):
+        c.expect(f"coalesced all_reduce {k}", ts[k],
+                 reference(R.SUM, torch.stack([data(r, 1000, f32, salt=30 + k) for r in range(world)])))
 
 
 def rank_main(rank, world):
@@ -255,6 +274,8 @@ def rank_main(rank, world):
     dist.init_process_group("strata", init_method="env://")  # the default group on Strata
     strata = dist.group.WORLD
     gloo = dist.new_group(backend="gloo")
+    global WORLD
+    WORLD = world
     c = Checker(rank, world, gloo, strata)
     for dtype in DTYPES:
         reductions(c, dtype)

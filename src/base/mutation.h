@@ -1,0 +1,43 @@
+// Deliberate faults, for proving that the tests see data in the wrong place.
+//
+// A build with STRATA_MUTATIONS=ON (scripts/build.sh builds the tests so) reads
+// STRATA_MUTATION=<name> and makes one named place in the library misbehave; the
+// mutation stage (tests/mutation_check.sh, label "mutation") runs the suite under
+// each and fails if any survives. Other builds (release, installed) compile every
+// check to a constant false and refuse the variable at init.
+#pragma once
+
+namespace strata {
+
+enum class Mutation {
+  kNone,
+  kRingChunkShift,         // a ring all-reduce's all-gather steps write one segment further on
+  kReduceScatterRotate,    // reduce-scatter's outputs rotated by one rank
+  kSlotSkip,               // a pipelined ring step's second slot is not copied out
+  kGatherSwap,             // a gather's root stores two ranks' pieces in each other's places
+  kAllToAllUntransposed,   // one all-to-all block stays in place instead of crossing to its peer
+  kKernelRelaxedFlag,      // a pipelined kernel raises its ready flags relaxed: its data may land after them
+  kTreeChildTwice,         // a tree rank counts its first child's partial result twice
+  kKernelSkipBarrier,      // a pipelined kernel posts a message without the block barrier after its data pass
+};
+
+// The names STRATA_MUTATION takes, in enum order (kNone is "").
+const char* mutationName(Mutation m);
+constexpr int kMutationCount = 9;
+
+#ifdef STRATA_MUTATIONS
+constexpr bool kMutationsBuilt = true;
+// The active mutation (from the configuration, once); kNone when unset.
+Mutation activeMutation();
+inline bool mutated(Mutation m) { return activeMutation() == m; }
+#else
+constexpr bool kMutationsBuilt = false;
+inline Mutation activeMutation() { return Mutation::kNone; }
+constexpr bool mutated(Mutation) { return false; }
+#endif
+
+// "" when STRATA_MUTATION is unset or names a mutation this build carries out, else
+// why it cannot (an unknown name, or a build without mutations).
+const char* mutationProblem();
+
+}  // namespace strata

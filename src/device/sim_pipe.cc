@@ -1,0 +1,162 @@
+#include "device/sim_pipe.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+#include <utility>
+
+#include "base/config.h"
+#include "device/cpu_reduce.h"
+#include "device/dtypes.h"
+#include "device/gpu_sim_state.h"
+
+namespace strata::device::sim {
+namespace {
+constexpr size_t kPiece = 4096;
+
+uint64_t xorshift(uint64_t* s) {
+  *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+  return *s;
+}
+}  // namespace
+
+uint32_t PipeBlock::barrier(uint32_t v) {
+  uint64_t g = generation_.load(std::memory_order_acquire);
+  if (v) or_[g & 1].fetch_or(v, std::memory_order_acq_rel);
+  if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == threads_) {
+    arrived_.store(0, std::memory_order_relaxed);
+    or_[(g + 1) & 1].store(0, std::memory_order_relaxed);
+    generation_.store(g + 1, std::memory_order_release);
+  } else {
+    while (generation_.load(std::memory_order_acquire) == g) sched_yield();
+  }
+  return or_[g & 1].load(std::memory_order_acquire);
+}
+
+char* PipeBlock::hold(char* dst, size_t bytes) {
+  if (!weak_ || bytes == 0) return nullptr;
+  const KernelPipe& k = *k_;
+  size_t regionBytes = k.part + KernelPipe::regionBytes(k.channels, k.conns, k.depth, k.slotBytes);
+  int self = k.algo == KernelPipe::kRing ? KernelPipe::kSelf : k.rank;
+  int regions = k.algo == KernelPipe::kRing ? 3 : k.n;
+  for (int q = 0; q < regions; ++q) {
+    if (q == self || !k.region[q]) continue;
+    if (dst >= k.region[q] && dst < k.region[q] + regionBytes) {
+      std::lock_guard<std::mutex> lock(heldMutex_);
+      held_.push_back(std::make_unique<Held>(Held{dst, std::vector<char>(bytes)}));
+      return held_.back()->bytes.data();
+    }
+  }
+  return nullptr;
+}
+
+void PipeBlock::publish() {
+  std::lock_guard<std::mutex> lock(heldMutex_);
+  std::vector<std::pair<char*, const char*>> pieces;
+  std::vector<size_t> sizes;
+  for (auto& h : held_)
+    for (size_t at = 0; at < h->bytes.size(); at += kPiece) {
+      pieces.emplace_back(h->dst + at, h->bytes.data() + at);
+      sizes.push_back(h->bytes.size() - at < kPiece ? h->bytes.size() - at : kPiece);
+    }
+  for (size_t i = pieces.size(); i > 1; --i) {  // Fisher-Yates: pieces land in any order
+    size_t j = xorshift(&rng_) % i;
+    std::swap(pieces[i - 1], pieces[j]);
+    std::swap(sizes[i - 1], sizes[j]);
+  }
+  for (size_t i = 0; i < pieces.size(); ++i) memcpy(pieces[i].first, pieces[i].second, sizes[i]);
+  held_.clear();
+}
+
+PipePrims::PipePrims(const KernelPipe& k, PipeBlock& b, int thread, bool jitter, bool weak)
+    : k_(k), b_(b), thread_(thread), jitter_(jitter),
+      rng_(0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(pthread_self()) ^ (static_cast<uint64_t>(thread) << 40)) {
+  if (thread == 0) {
+    b.k_ = &k;
+    b.weak_ = weak;
+  }
+}
+
+uint64_t PipePrims::now() const {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<uint64_t>(t.tv_sec) * 1000000000ull + static_cast<uint64_t>(t.tv_nsec);
+}
+
+void PipePrims::pause() const { sched_yield(); }
+
+void PipePrims::jitter() {
+  if (!jitter_) return;
+  uint64_t x = xorshift(&rng_);
+  if (x % 4 == 0) usleep(static_cast<useconds_t>(x / 4 % 200));
+}
+
+void PipePrims::storeRelease(uint64_t* p, uint64_t v) {
+  jitter();
+  b_.publish();
+  __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+
+void PipePrims::pass(const pipe::Pass& x) {
+  barrierOr(0);  // thread 0 described the pass: every thread sees it (a GPU's __syncthreads)
+  if (x.ndst == 0 || x.count == 0) return;
+  // This thread's part: whole 16-byte vectors, as a GPU block splits a pass.
+  size_t es = static_cast<size_t>(k_.es), v = 16 / es;
+  size_t per = (x.count + threads() - 1) / threads();
+  per = (per + v - 1) / v * v;
+  size_t lo = per * thread_ < x.count ? per * thread_ : x.count;
+  size_t cnt = lo + per < x.count ? per : x.count - lo;
+  if (cnt == 0) return;
+  jitter();
+  size_t bytes = cnt * es;
+  ReduceOp plain = k_.op;
+  plain.preMultiply = false;
+  plain.postDivide = x.finish ? k_.op.postDivide : 0;
+  // Sources the op multiplies first go through a scaled copy, as prepared inputs do.
+  const void* in[KernelPipe::kMaxSources];
+  scaled_.resize(bytes * x.nsrc + 1);
+  for (int s = 0; s < x.nsrc; ++s) {
+    in[s] = x.src[s] + lo * es;
+    if (x.premul >> s & 1) {
+      char* to = scaled_.data() + s * bytes;
+      device::prepare(to, in[s], cnt, k_.type, k_.op);
+      in[s] = to;
+    }
+  }
+  const void* result = in[0];
+  if (x.reduce || plain.postDivide > 1) {
+    scratch_.resize(bytes + 1);
+    device::reduceInOrder(scratch_.data(), in, x.reduce ? x.nsrc : 1, cnt, k_.type, plain);
+    result = scratch_.data();
+  }
+  for (int d = 0; d < x.ndst; ++d) {
+    char* to = x.dst[d] + lo * es;
+    if (char* h = b_.hold(to, bytes)) memcpy(h, result, bytes);
+    else if (to != result) memmove(to, result, bytes);
+  }
+}
+
+void runKernelPipe(const KernelPipe& given, int device) {
+  KernelPipe k = given;
+  if (k.op.scalarAt) loadScalar(k.op.scalarAt, k.type, &k.op);  // now, as the kernel runs
+  int threads = config().gpuSimThreads;
+  BlockRoom room(device, k.blocks);
+  std::vector<std::unique_ptr<PipeBlock>> blocks;
+  for (int b = 0; b < k.blocks; ++b) blocks.push_back(std::make_unique<PipeBlock>(threads));
+  std::vector<std::thread> running;
+  for (int b = 0; b < k.blocks; ++b)
+    for (int t = 0; t < threads; ++t)
+      running.emplace_back([&k, &blocks, b, t] {
+        PipePrims p(k, *blocks[b], t, config().gpuSimJitter, config().gpuSimWeak);
+        blocks[b]->barrier(0);  // thread 0 has set the block up
+        pipe::runBlock(k, p, blocks[b]->state(), b);
+      });
+  for (std::thread& t : running) t.join();
+  for (auto& b : blocks) b->publish();  // the kernel ended: everything it stored is visible
+}
+
+}  // namespace strata::device::sim

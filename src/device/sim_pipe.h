@@ -1,0 +1,89 @@
+// The pipelined collective kernel (kernel_pipe.h) on a simulated GPU: each block runs
+// as `threads` host threads at once, with a real barrier between them, and every
+// block of the grid at once, as a GPU runs them. So a pass whose barrier is missing
+// races for real (a thread posts while another still writes), and blocks interleave.
+//
+// Harsher modes, as for the barrier-round kernel (sim_prims.h): jitter (random pauses
+// in data passes and release stores) and weak memory (a block's stores into peers'
+// regions are held back and published, shuffled, only at a release store or when the
+// block ends; a relaxed store publishes nothing).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "device/kernel_pipe.h"
+
+namespace strata::device::sim {
+
+// What a block's threads share: the barrier, the block's state (pipe::Block), the
+// stores held back under weak memory.
+class PipeBlock {
+ public:
+  explicit PipeBlock(int threads) : threads_(threads) {}
+  int threads() const { return threads_; }
+  // Every thread arrives; all get the OR of what they brought.
+  uint32_t barrier(uint32_t v);
+  pipe::Block& state() { return state_; }
+  // Where a store of `bytes` to `dst` goes instead (weak memory: dst in a peer's
+  // region), or null to store it now.
+  char* hold(char* dst, size_t bytes);
+  // Every held store, in shuffled 4 KiB pieces.
+  void publish();
+
+ private:
+  struct Held {
+    char* dst;
+    std::vector<char> bytes;
+  };
+  int threads_;
+  std::atomic<int> arrived_{0};
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<uint32_t> or_[2] = {{0}, {0}};
+  pipe::Block state_{};
+  std::mutex heldMutex_;
+  std::vector<std::unique_ptr<Held>> held_;
+  uint64_t rng_ = 0x9e3779b97f4a7c15ull;
+
+  friend class PipePrims;
+  const KernelPipe* k_ = nullptr;
+  bool weak_ = false;
+};
+
+// The primitives of one thread of a simulated block.
+class PipePrims {
+ public:
+  PipePrims(const KernelPipe& k, PipeBlock& b, int thread, bool jitter, bool weak);
+  int thread() const { return thread_; }
+  int threads() const { return b_.threads(); }
+  uint64_t now() const;
+  void pause() const;
+  uint64_t loadAcquire(const uint64_t* p) const { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+  // Cumulative, as PTX's: publishes the block's held stores (the barrier before it
+  // ordered them), then the word. A relaxed store publishes nothing.
+  void storeRelease(uint64_t* p, uint64_t v);
+  void storeRelaxed(uint64_t* p, uint64_t v) const { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+  uint32_t loadWord(const volatile uint32_t* w) const { return __atomic_load_n(w, __ATOMIC_ACQUIRE); }
+  void storeWord(volatile uint32_t* w, uint32_t v) const { __atomic_store_n(w, v, __ATOMIC_RELEASE); }
+  int barrierOr(uint32_t v) { return b_.barrier(v) != 0; }
+  // This thread's share of the pass: whole 16-byte vectors of it, as a GPU's threads split one.
+  void pass(const pipe::Pass& x);
+
+ private:
+  void jitter();
+  const KernelPipe& k_;
+  PipeBlock& b_;
+  int thread_;
+  bool jitter_;
+  uint64_t rng_;
+  std::vector<char> scratch_, scaled_;
+};
+
+// Runs every block of the kernel at once, `threads` host threads each, and returns
+// when all have ended (the stream's thread calls it).
+void runKernelPipe(const KernelPipe& k, int device);
+
+}  // namespace strata::device::sim
