@@ -288,5 +288,74 @@ TEST(SettingsAgreement, ShmMustAgreeEverywhereGpuPeerToPeerNotOnHostMemory) {
             "");
 }
 
+// Two ranks (threads) under NCCL_ALGO / NCCL_PROTO: an all-reduce of {rank + 1,
+// 10 rank + 3} and a reduce-scatter of the same, each rank saying what it got
+// ("sum 3 16", "rs 3" or "rs 16") or the call's error.
+std::vector<std::string> underSettings(const char* algo, const char* proto) {
+  algo ? setenv("NCCL_ALGO", algo, 1) : unsetenv("NCCL_ALGO");
+  proto ? setenv("NCCL_PROTO", proto, 1) : unsetenv("NCCL_PROTO");
+  reloadEnvironment();
+  auto results = runRanks(Mode::kThreads, 2, [](int rank, int n, const ncclUniqueId& id) -> std::string {
+    ncclComm_t comm;
+    if (ncclCommInitRank(&comm, n, id, rank) != ncclSuccess) return "init failed: " + std::string(ncclGetLastError(nullptr));
+    float a[2] = {static_cast<float>(rank + 1), static_cast<float>(10 * rank + 3)}, b[2] = {0, 0}, rs = 0;
+    std::string got;
+    if (ncclAllReduce(a, b, 2, ncclFloat, ncclSum, comm, nullptr) == ncclSuccess)
+      got = "sum " + std::to_string(static_cast<int>(b[0])) + " " + std::to_string(static_cast<int>(b[1]));
+    else
+      got = "all-reduce: " + std::string(ncclGetLastError(nullptr));
+    if (ncclReduceScatter(a, &rs, 1, ncclFloat, ncclSum, comm, nullptr) == ncclSuccess)
+      got += "; rs " + std::to_string(static_cast<int>(rs));
+    else
+      got += "; reduce-scatter: " + std::string(ncclGetLastError(nullptr));
+    ncclCommDestroy(comm);
+    return got;
+  }, 60);
+  unsetenv("NCCL_ALGO");
+  unsetenv("NCCL_PROTO");
+  reloadEnvironment();
+  std::vector<std::string> out;
+  for (const RankResult& r : results) out.push_back(r.error);
+  return out;
+}
+
+TEST(Api, AlgorithmListsAreHonoured) {
+  std::vector<std::string> got = underSettings("NVLS", nullptr);
+  ASSERT_EQ(got.size(), 2u);
+  for (const std::string& g : got) {
+    EXPECT_NE(g.find("all-reduce: "), std::string::npos) << g;
+    EXPECT_NE(g.find("NCCL_ALGO=NVLS leaves no algorithm for AllReduce"), std::string::npos) << g;
+    EXPECT_NE(g.find("this build has Ring, Tree, OneShot for it"), std::string::npos) << g;
+  }
+  EXPECT_EQ(underSettings("^Tree", nullptr), (std::vector<std::string>{"sum 3 16; rs 3", "sum 3 16; rs 16"}));
+  // NCCL_PROTO=LL as a job tuned for NCCL sets it: every collective keeps an algorithm
+  // (one-shot over LL); LL128, a GPU protocol, leaves host memory none, saying why.
+  EXPECT_EQ(underSettings(nullptr, "LL"), (std::vector<std::string>{"sum 3 16; rs 3", "sum 3 16; rs 16"}));
+  got = underSettings(nullptr, "LL128");
+  ASSERT_EQ(got.size(), 2u);
+  for (const std::string& g : got) EXPECT_NE(g.find("LL128 is a GPU protocol"), std::string::npos) << g;
+}
+
+// One rank's collective is a copy whatever NCCL_ALGO and NCCL_PROTO say, as in NCCL
+// (which runs it without choosing an algorithm).
+TEST(Api, OneRankIgnoresTheAlgorithmLists) {
+  ncclComm_t comm;
+  ASSERT_EQ(ncclCommInitAll(&comm, 1, nullptr), ncclSuccess);
+  float a[2] = {5, 7}, b[2] = {0, 0};
+  for (const char* algo : {"NVLS", "^Ring,Tree,OneShot,DirectRead"}) {
+    setenv("NCCL_ALGO", algo, 1);
+    setenv("NCCL_PROTO", "LL128", 1);
+    reloadEnvironment();
+    EXPECT_EQ(ncclAllReduce(a, b, 2, ncclFloat, ncclSum, comm, nullptr), ncclSuccess) << algo << ": " << std::string(ncclGetLastError(nullptr));
+    EXPECT_EQ(b[0], 5);
+    EXPECT_EQ(b[1], 7);
+    b[0] = b[1] = 0;
+  }
+  unsetenv("NCCL_ALGO");
+  unsetenv("NCCL_PROTO");
+  reloadEnvironment();
+  ncclCommDestroy(comm);
+}
+
 }  // namespace
 }  // namespace strata::test
