@@ -14,11 +14,13 @@
 
 namespace strata::algorithms {
 
-// Per communicator and algorithm. Kernels that share the words (and the regions)
-// must run one at a time: one on another stream than the last waits for the event
-// recorded after it, as NCCL orders a communicator's work across streams. Inside a
-// graph capture nothing is waited for or recorded (a capture cannot wait for work
-// outside it): a graph must capture a communicator's operations on one stream.
+// Per communicator and algorithm: the device words its kernels share. Kernels that
+// share them must run one at a time: a group's kernels go on its stream in order, and
+// one on another stream than the communicator's last device work waits for it
+// (core/group.cc: Communicator::orderStreamWork, as NCCL orders a communicator's work
+// across streams); inside a graph capture nothing is waited for (a capture cannot
+// wait for work outside it): a graph must capture a communicator's operations on one
+// stream.
 class KernelState {
  public:
   KernelState() = default;
@@ -27,18 +29,16 @@ class KernelState {
   ~KernelState() {
     try {
       if (words_) device::gpuFree(words_);
-      if (event_) device::eventDestroy(event_);
     } catch (const Error& e) {
       STRATA_WARN(-1, "freeing a device-driven kernel's state: %s", e.what());
     }
   }
   bool ready() const { return words_ != nullptr; }
-  // `words` zeroed 64-bit words of device memory, the event, and the stop and error
-  // words as kernels address them; each piece once, even when a step throws and a
-  // later warm-up retries. On the current device.
+  // `words` zeroed 64-bit words of device memory, and the stop and error words as
+  // kernels address them; once, even when a step throws and a later warm-up retries.
+  // On the current device.
   void init(size_t words, uint32_t* communicatorWords) {
     if (words_) return;
-    if (!event_) event_ = device::eventCreate();
     hostWords_ = static_cast<uint32_t*>(device::mappedPointer(communicatorWords));
     auto* w = static_cast<uint64_t*>(device::gpuAlloc(words * sizeof(uint64_t)));
     try {
@@ -53,21 +53,9 @@ class KernelState {
   const volatile uint32_t* stopWord() const { return hostWords_; }
   volatile uint32_t* errorWord() const { return hostWords_ + 1; }
 
-  // Enqueues a kernel (`enqueue`) on `stream`, after this state's last one.
-  void launch(void* stream, const std::function<void()>& enqueue) {
-    bool captured = stream != device::kLegacyStream && device::streamCapturing(stream);
-    if (!captured && lastStream_ && lastStream_ != stream) device::streamWaitEvent(stream, event_);
-    enqueue();
-    if (captured) return;
-    device::eventRecord(event_, stream);
-    lastStream_ = stream;
-  }
-
  private:
   uint64_t* words_ = nullptr;
   uint32_t* hostWords_ = nullptr;
-  void* event_ = nullptr;
-  void* lastStream_ = nullptr;
 };
 
 // Enqueues its kernel at its first progress, on the caller's thread and device.

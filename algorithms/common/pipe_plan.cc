@@ -99,7 +99,7 @@ void planPipe(PlanContext& ctx, const CollectiveOp& op, int algo) {
   k.stop = state->stopWord();
   k.error = state->errorWord();
   k.timeoutNs = config().deviceTimeoutSec > 0 ? kernelTimeoutNs(config().deviceTimeoutSec) : 0;
-  ctx.addTask({kRegion, 0}, [k, fn = op.fn, stream = ctx.deviceStream(), dev = ctx.device(), state](Links& ln) mutable {
+  ctx.addTask({kRegion, 0}, [k, fn = op.fn, stream = ctx.deviceStream(), dev = ctx.device()](Links& ln) mutable {
     auto mapped = [&](int peer) { return static_cast<char*>(ln.regionOut({peer, kRegion}).data); };
     if (k.algo == KernelPipe::kRing) {
       int prev = (k.rank + k.n - 1) % k.n, next = (k.rank + 1) % k.n;
@@ -110,9 +110,7 @@ void planPipe(PlanContext& ctx, const CollectiveOp& op, int algo) {
       for (int r = 0; r < k.n; ++r)
         k.region[r] = r == k.rank ? static_cast<char*>(ln.regionIn({(k.rank + 1) % k.n, kRegion}).data) : mapped(r);
     }
-    return std::make_unique<KernelTask>(fn, dev, [k, stream, state] {
-      state->launch(stream, [&] { device::launchKernelPipe(k, stream); });
-    });
+    return std::make_unique<KernelTask>(fn, dev, [k, stream] { device::launchKernelPipe(k, stream); });
   });
 }
 

@@ -88,19 +88,17 @@ class DeviceP2p final : public Algorithm {
     }
     batch->ops.push_back({op.root, send, buf, bytes});
     batch->room = kernelRoom(ctx);
-    ctx.addTask({kRegion, 0}, [batch, fn = op.fn, stream = ctx.deviceStream(), dev = ctx.device(), state](Links& ln) {
+    ctx.addTask({kRegion, 0}, [batch, fn = op.fn, stream = ctx.deviceStream(), dev = ctx.device()](Links& ln) {
       KernelP2p& k = batch->base;
       for (int r = 0; r < k.n; ++r)
         if (r != k.rank) {
           k.region[r] = static_cast<char*>(ln.regionOut({r, kRegion}).data);
           k.region[k.rank] = static_cast<char*>(ln.regionIn({r, kRegion}).data);
         }
-      return std::make_unique<KernelTask>(fn, dev, [batch, stream, state] {
+      return std::make_unique<KernelTask>(fn, dev, [batch, stream] {
         if (batch->launched) return;  // the group's first task launched it
         batch->launched = true;
-        state->launch(stream, [&] {
-          for (const KernelP2p& w : windowsOf(batch->base, batch->ops, batch->room)) device::launchKernelP2p(w, stream);
-        });
+        for (const KernelP2p& w : windowsOf(batch->base, batch->ops, batch->room)) device::launchKernelP2p(w, stream);
       });
     });
   }

@@ -206,14 +206,15 @@ void Communicator::keepCall(std::unique_ptr<KeptCall> call) { delete keptCall_.e
 void Communicator::orderStreamWork(void* stream) {
   std::lock_guard<std::mutex> lock(streamWorkMutex_);
   if (!streamWorkMarked_ || lastWorkStream_ == stream) return;
-  device::OnDevice on(peer(rank()).device);
-  device::streamWaitEvent(stream, streamWork_);
+  device::streamWaitEvent(stream, streamWork_);  // the stream's device, whichever is current
 }
 
 void Communicator::markStreamWork(void* stream) {
   std::lock_guard<std::mutex> lock(streamWorkMutex_);
-  device::OnDevice on(peer(rank()).device);
-  if (!streamWork_) streamWork_ = device::eventCreate();
+  if (!streamWork_) {  // made on the communicator's device, as its streams are
+    device::OnDevice on(peer(rank()).device);
+    streamWork_ = device::eventCreate();
+  }
   // One event stands for all of it: this stream was ordered after the last marked
   // one before the call (orderStreamWork).
   device::eventRecord(streamWork_, stream);

@@ -36,8 +36,6 @@ class DeviceProxy {
   explicit DeviceProxy(Communicator& comm);
   ~DeviceProxy();
 
-  // True when the operation reads or writes device memory.
-  static bool touchesDevice(const OpDesc& op);
   // Enqueues a group (one callback and one wait per stream) and returns; the
   // first communicator's proxy runs it. Throws ncclInvalidUsage for a stream under
   // CUDA graph capture. A group on a communicator whose ranks share a GPU runs

@@ -200,11 +200,6 @@ void DeviceProxy::runBlocking(const std::vector<std::pair<ncclComm*, OpDesc>>& o
   copy(copies.out);
 }
 
-bool DeviceProxy::touchesDevice(const OpDesc& op) {
-  if (device::gpuCount() == 0) return false;
-  return device::isDevicePointer(op.sendbuff) || device::isDevicePointer(op.recvbuff);
-}
-
 void DeviceProxy::enqueue(const std::vector<std::pair<ncclComm*, OpDesc>>& ops) {
   for (auto& [h, op] : ops)
     STRATA_REQUIRE(!device::streamCapturing(op.stream), ncclInvalidUsage,

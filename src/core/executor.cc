@@ -75,10 +75,10 @@ Executor::Lane& Executor::laneFor(const LaneId& id) {
   return lane;
 }
 
-CommPlan& Executor::planOf(Communicator& comm) {
+CommPlan& Executor::planOf(Communicator& comm, void* stream) {
   for (auto& [c, p] : plans_)
     if (c == &comm) return *p;
-  plans_.emplace_back(&comm, comm.takePlan(deviceStream_));
+  plans_.emplace_back(&comm, comm.takePlan(stream));
   return *plans_.back().second;
 }
 
@@ -139,7 +139,10 @@ bool Executor::runAgain(Communicator& comm, const OpDesc& op) {
 }
 
 void Executor::add(Communicator& comm, const OpDesc& op) {
-  CommPlan& plan = planOf(comm);  // every communicator of the group takes part, even with nothing to move
+  // Stream-ordered: the caller's stream of this communicator's operations (group.cc
+  // gives each communicator one; stream 0 is the legacy stream).
+  void* stream = streamOrdered_ ? (op.stream ? op.stream : device::kLegacyStream) : deviceStream_;
+  CommPlan& plan = planOf(comm, stream);  // every communicator of the group takes part, even with nothing to move
   if (!firstFn_) firstFn_ = op.fn;
   ++ops_;
   if (ops_ > 1) key_.reset();
@@ -161,7 +164,7 @@ void Executor::add(Communicator& comm, const OpDesc& op) {
   // Device-memory algorithms for collectives, and for sends and receives when they
   // run as kernels on the caller's stream; else a send or receive on device memory is
   // point-to-point work as on host memory, its data moved by GPUDirect RDMA puts.
-  bool device = deviceStream_ && (c.kind == algorithms::CollectiveOp::Kind::kCollective || streamOrdered_) &&
+  bool device = stream && (c.kind == algorithms::CollectiveOp::Kind::kCollective || streamOrdered_) &&
                 (streamOrdered_ || device::isDevicePointer(op.sendbuff) || device::isDevicePointer(op.recvbuff));
   // The tuner's choice; throws when NCCL_ALGO / NCCL_PROTO exclude every candidate.
   algorithms::Choice choice = comm.choose(c.coll, c.bytes, device, device && streamOrdered_);
@@ -199,9 +202,14 @@ void Executor::openAndMake() {
     }
   // Lanes progress in the order of their ids, whatever order they were planned in.
   std::sort(lanes().begin(), lanes().end(), [](const Lane& a, const Lane& b) { return a.id < b.id; });
+  // Stream-ordered tasks only enqueue work, and the stream runs it in that order: they
+  // launch in lane order on every rank alike (collective kernels and point-to-point
+  // kernels of one group in the same order everywhere, or two ranks could each wait
+  // in a kernel for one the other queued behind its own), never held back for an
+  // earlier operation's data. Within a group NCCL defines no order between them.
   for (auto& [comm, plan] : plans_) {
     plan->order().start();
-    ordered_ = ordered_ || plan->order().ordered();
+    ordered_ = ordered_ || (!streamOrdered_ && plan->order().ordered());
   }
 }
 

@@ -26,7 +26,8 @@ class Executor {
  public:
   // `deviceStream`: where device-memory algorithms enqueue their kernels (the
   // device proxy's stream; null on a rank's own thread, which runs host memory).
-  // `streamOrdered`: the stream is the caller's, and only algorithms that merely
+  // `streamOrdered`: the streams are the callers', each communicator's work going to
+  // its operations' stream (not `deviceStream`), and only algorithms that merely
   // enqueue on it may plan (the group's device operations run without the proxy).
   explicit Executor(void* deviceStream = nullptr, bool streamOrdered = false);
   ~Executor();  // hands each plan back to its communicator for the next call
@@ -69,7 +70,7 @@ class Executor {
   static thread_local std::unique_ptr<Storage> spare_;  // the thread's, between calls
   std::span<Lane> lanes() { return {s_->lanes.data(), s_->used}; }
   Lane& laneFor(const LaneId& id);
-  CommPlan& planOf(Communicator& comm);
+  CommPlan& planOf(Communicator& comm, void* stream);
   void openAndMake();
   void progressAll();
   bool sweep();

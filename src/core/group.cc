@@ -78,19 +78,57 @@ void runHostOps(Ops ops) {
   ex.run();
 }
 
-// True when the group's operations on device buffers, on one stream, are all
-// collectives or all sends and receives that device-driven algorithms run with
-// kernels on that stream alone. Every rank must decide alike, so nothing a peer
-// may see differently counts: not how many transfers this rank's group has, nor
-// buffers this rank does not use (NCCL ignores a non-root's reduce or gather
-// output, which may be null).
-bool streamOrdered(Ops ops) {
-  const bool p2p = ops.front().second.kind != OpKind::kCollective;
+// The stream an operation's kernels go to: the caller's, stream 0 being the legacy stream.
+void* opStream(const OpDesc& op) { return op.stream ? op.stream : device::kLegacyStream; }
+
+// Whether each operation's buffers are device memory, each pointer asked once (a
+// thread's list, kept between calls; empty without a GPU).
+struct OpMemory {
+  bool send, recv;
+};
+std::vector<OpMemory>& memoryOf(Ops ops) {
+  thread_local std::vector<OpMemory> list;
+  list.clear();
+  if (device::gpuCount() == 0) return list;
   for (auto& [h, op] : ops) {
-    if ((op.kind != OpKind::kCollective) != p2p || op.stream != ops.front().second.stream) return false;
+    bool send = device::isDevicePointer(op.sendbuff);
+    list.push_back({send, op.recvbuff == op.sendbuff ? send : device::isDevicePointer(op.recvbuff)});
+  }
+  return list;
+}
+
+// Each communicator of a group and the stream of its first operation (a thread's
+// list, kept between calls).
+struct CommStream {
+  ncclComm* handle;
+  void* stream;
+};
+std::vector<CommStream>& commStreams(Ops ops) {
+  thread_local std::vector<CommStream> list;
+  list.clear();
+  for (auto& [h, op] : ops)
+    if (std::none_of(list.begin(), list.end(), [h = h](const CommStream& c) { return c.handle == h; }))
+      list.push_back({h, opStream(op)});
+  return list;
+}
+
+// True when the group's operations on device buffers run as kernels on the callers'
+// streams alone: each communicator's operations on one stream (one thread driving
+// several GPUs gives each of its communicators a stream of its own, and their kernels
+// launch in turn from this thread), collectives and sends and receives that
+// device-driven algorithms run (a group mixing them launches its collective kernels
+// and its point-to-point kernel in the same order on every rank). Every rank must decide alike, so nothing a peer may
+// see differently counts: not how many transfers this rank's group has, nor buffers
+// this rank does not use (NCCL ignores a non-root's reduce or gather output, which may
+// be null).
+bool streamOrdered(Ops ops, const std::vector<CommStream>& comms, const std::vector<OpMemory>& memory) {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    auto& [h, op] = ops[i];
+    const CommStream& c = *std::find_if(comms.begin(), comms.end(), [h = h](const CommStream& x) { return x.handle == h; });
+    if (opStream(op) != c.stream) return false;
     Communicator& comm = readyComm(h, op.fn);
-    if (writesRecvBuffer(op, comm.rank()) && !device::isDevicePointer(op.recvbuff)) return false;
-    if (readsSendBuffer(op, comm.rank()) && !device::isDevicePointer(op.sendbuff)) return false;
+    if (writesRecvBuffer(op, comm.rank()) && !memory[i].recv) return false;
+    if (readsSendBuffer(op, comm.rank()) && !memory[i].send) return false;
     if (op.count > 0 && !comm.deviceCapable(opCollective(op), opBytes(op, comm.nranks()), true)) return false;
   }
   return true;
@@ -100,7 +138,9 @@ bool streamOrdered(Ops ops) {
 // enqueued (CUDA would refuse the launch into it halfway through the group, leaving
 // the communicator in an error state); the communicator goes on.
 void checkStreams(Ops ops) {
-  for (auto& [h, op] : ops) {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    auto& [h, op] = ops[i];
+    if (i > 0 && ops[i - 1].first == h && ops[i - 1].second.stream == op.stream) continue;  // asked already
     int comm = h->impl->device(), stream = device::streamDevice(op.stream);
     STRATA_REQUIRE(stream < 0 || comm < 0 || stream == comm, ncclInvalidArgument,
                    "%s: rank %d: the stream belongs to GPU %d, the communicator to GPU %d", op.fn, h->rank, stream, comm);
@@ -111,24 +151,23 @@ void checkStreams(Ops ops) {
 // (device_proxy.h); host buffers run here, after the communicators' earlier device
 // operations.
 void runOps(Ops ops) {
-  bool device = false;
-  for (auto& [h, op] : ops) device = device || DeviceProxy::touchesDevice(op);
+  std::vector<OpMemory>& memory = memoryOf(ops);
+  bool device = std::any_of(memory.begin(), memory.end(), [](const OpMemory& m) { return m.send || m.recv; });
   if (device) {
     checkGroup(ops);
     checkStreams(ops);
-    if (!streamOrdered(ops)) return DeviceProxy::enqueue({ops.begin(), ops.end()});
-    void* stream = ops.front().second.stream ? ops.front().second.stream : device::kLegacyStream;
+    std::vector<CommStream>& comms = commStreams(ops);
+    if (!streamOrdered(ops, comms, memory)) return DeviceProxy::enqueue({ops.begin(), ops.end()});
     // A capture's work is the graph's, run at its replays: nothing to order or wait for.
-    bool captured = stream != device::kLegacyStream && device::streamCapturing(stream);
-    auto eachComm = [&](const std::function<void(Communicator&)>& f) {
-      for (size_t i = 0; i < ops.size(); ++i)
-        if (i == 0 || ops[i].first != ops[i - 1].first) f(readyComm(ops[i].first, ops[i].second.fn));
-    };
-    if (!captured) eachComm([stream](Communicator& c) { c.orderStreamWork(stream); });
-    Executor ex(stream, true);  // the executor's null stream means none
+    for (CommStream& c : comms)
+      if (c.stream != device::kLegacyStream && device::streamCapturing(c.stream)) c.stream = nullptr;
+    for (const CommStream& c : comms)
+      if (c.stream) readyComm(c.handle, "ncclGroupEnd").orderStreamWork(c.stream);
+    Executor ex(nullptr, true);  // each communicator's kernels on its operations' stream
     for (auto& [h, op] : ops) ex.add(readyComm(h, op.fn), op);
     ex.run();
-    if (!captured) eachComm([stream](Communicator& c) { c.markStreamWork(stream); });
+    for (const CommStream& c : comms)
+      if (c.stream) readyComm(c.handle, "ncclGroupEnd").markStreamWork(c.stream);
     return;
   }
   for (auto& [h, op] : ops) {

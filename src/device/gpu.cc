@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "base/mutation.h"
 #include "device/gpu_backend.h"
+#include "device/gpu_sim_state.h"
 
 namespace strata::device {
 namespace {
@@ -81,6 +82,8 @@ class NoGpus final : public GpuBackend {
 };
 
 GpuBackend& backend() {
+  static const bool simulated = config().gpuSim > 0;
+  if (simulated) sim::countRuntimeCall();
   static GpuBackend* chosen = [] {
     static std::unique_ptr<GpuBackend> owned;
     if (config().gpuSim > 0) {
@@ -96,7 +99,11 @@ GpuBackend& backend() {
 
 }  // namespace
 
-int gpuCount() { return backend().count(); }
+uint64_t runtimeCalls() { return config().gpuSim > 0 ? sim::runtimeCallsOfThread() : 0; }
+int gpuCount() {
+  static const int n = backend().count();  // fixed for the process
+  return n;
+}
 std::string gpuUnavailableReason() { return backend().unavailableReason(); }
 bool isDevicePointer(const void* p, int* device) { return p && backend().isDevicePointer(p, device); }
 int currentDevice() { return backend().currentDevice(); }
@@ -237,6 +244,9 @@ void graphLaunch(void* graph, void* stream) { backend().graphLaunch(graph, strea
 void graphDestroy(void* graph) { backend().graphDestroy(graph); }
 bool streamCapturing(void* stream) { return streamCaptureId(stream) != 0; }
 uint64_t streamCaptureId(void* stream) {
+  // Asking about a stream is safe during any capture; about the legacy stream, only in
+  // relaxed mode (it is implicitly synchronising).
+  if (stream && stream != kLegacyStream) return backend().captureId(stream);
   RelaxedCapture relaxed;
   return backend().captureId(stream);
 }

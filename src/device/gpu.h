@@ -18,6 +18,10 @@ namespace strata::device {
 
 // GPUs visible to this process; 0 without a driver or a device (never throws).
 int gpuCount();
+// On simulated GPUs, the calls this thread has made into the GPU runtime through this
+// interface, by every copy of it in the process (libnccl.so.2's and a test's): what a
+// call costs the host, counted by tests. 0 on CUDA.
+uint64_t runtimeCalls();
 // Why gpuCount() is 0 ("built without CUDA", "no CUDA driver", ...); empty when it is not.
 std::string gpuUnavailableReason();
 // True for memory the CUDA runtime knows as device (or managed) memory; `device`
@@ -122,12 +126,15 @@ int setCurrentDevice(int device);
 // after.
 class OnDevice {
  public:
-  explicit OnDevice(int device) : previous_(setCurrentDevice(device)) {}
-  ~OnDevice() { setCurrentDevice(previous_); }
+  explicit OnDevice(int device) : device_(device), previous_(setCurrentDevice(device)) {}
+  ~OnDevice() {
+    if (device_ >= 0 && previous_ != device_) setCurrentDevice(previous_);
+  }
   OnDevice(const OnDevice&) = delete;
   OnDevice& operator=(const OnDevice&) = delete;
 
  private:
+  int device_;
   int previous_;
 };
 // Streams and synchronous copies for tools and tests (a non-blocking stream on the

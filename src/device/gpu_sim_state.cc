@@ -29,7 +29,8 @@ ArenaHeader& arena() {
       if (mprotect(want, kOwnersOffset + kOwnersBytes, PROT_READ | PROT_WRITE) != 0)
         failErrno("simulated GPU: arena header");
       h->next.store(kOwnersOffset + kOwnersBytes);
-      if (pthread_key_create(&h->deviceKey, nullptr) != 0 || pthread_key_create(&h->modeKey, nullptr) != 0)
+      if (pthread_key_create(&h->deviceKey, nullptr) != 0 || pthread_key_create(&h->modeKey, nullptr) != 0 ||
+          pthread_key_create(&h->callsKey, nullptr) != 0)
         fail(ncclSystemError, "simulated GPU: pthread_key_create");
       h->magic.store(kArenaMagic, std::memory_order_release);
     } else if (p != MAP_FAILED) {
@@ -43,6 +44,13 @@ ArenaHeader& arena() {
   }();
   return *header;
 }
+
+void countRuntimeCall() {
+  pthread_key_t key = arena().callsKey;
+  pthread_setspecific(key, reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(pthread_getspecific(key)) + 1));
+}
+
+uint64_t runtimeCallsOfThread() { return reinterpret_cast<uintptr_t>(pthread_getspecific(arena().callsKey)); }
 
 namespace {
 // The host-callback thread (runCallback), one per process (perProcess).

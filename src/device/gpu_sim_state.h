@@ -161,6 +161,7 @@ struct ArenaHeader {
   pthread_key_t deviceKey;  // each thread's device + 1 (null: never set), one key for every copy, as CUDA's
                             // current context is the driver's, not a runtime copy's
   pthread_key_t modeKey;    // each thread's stream-capture mode + 1 (null: global)
+  pthread_key_t callsKey;   // each thread's calls into the simulated runtime (countRuntimeCall)
   std::atomic<uint64_t> captureThread;  // the thread capturing a stream in global mode (simulateCapture), or 0
   std::atomic<uintptr_t> captureStream;
   std::atomic<bool> captureInvalid;     // an unsafe call by another thread broke that capture
@@ -177,6 +178,10 @@ constexpr uint64_t kStreamMagic = 0x5354524d53494d31ull;  // "STRMSIM1": a strea
 constexpr size_t kStreamHeader = 64;
 
 ArenaHeader& arena();
+// Counts a call of the calling thread into the simulated runtime (gpu.cc, every call
+// through the backend), whichever copy of this code makes it; runtimeCallsOfThread reads it.
+void countRuntimeCall();
+uint64_t runtimeCallsOfThread();
 // CUDA runs a process's host callbacks (cudaLaunchHostFunc) on one driver thread, in
 // the order their streams reach them, and forbids CUDA calls inside them. So does the
 // simulation: runCallback, from a stream's thread, returns once `fn` ran on that one

@@ -177,5 +177,42 @@ TEST(DeviceDrivenP2pSelf, AnAllToAllWithItselfIsOneStreamOrderedGroup) {
     EXPECT_EQ(failures(runRanks(Mode::kThreads, n, allToAllRank, 120)), "") << n << " ranks";
 }
 
+// Collectives and sends and receives in one group, the sends on some ranks only: every
+// rank all-reduces, and rank 0 also receives a message from each other rank. Each
+// rank launches its collective kernel and its point-to-point kernel in the same order
+// (the group's call order differs: rank 0 receives first), and the group captures.
+std::string mixedRank(int rank, int n, const ncclUniqueId& id) {
+  return onOwnGpu(rank, n, id, [&](ncclComm_t comm, cudaStream_t s) -> std::string {
+    const size_t count = 70001;
+    DeviceBuffer in(count * sizeof(float)), sum(count * sizeof(float));
+    std::vector<std::unique_ptr<DeviceBuffer>> from;  // rank 0: from rank p at p - 1
+    for (int p = 1; rank == 0 && p < n; ++p) from.push_back(std::make_unique<DeviceBuffer>(count * sizeof(float)));
+    auto group = [&]() -> bool {
+      bool ok = ncclGroupStart() == ncclSuccess;
+      for (int p = 1; rank == 0 && p < n; ++p)
+        ok = ok && ncclRecv(from[p - 1]->p, count, ncclFloat32, p, comm, s) == ncclSuccess;
+      ok = ok && ncclAllReduce(in.p, sum.p, count, ncclFloat32, ncclSum, comm, s) == ncclSuccess;
+      if (rank != 0) ok = ok && ncclSend(in.p, count, ncclFloat32, 0, comm, s) == ncclSuccess;
+      return ncclGroupEnd() == ncclSuccess && ok;
+    };
+    auto fill = [&](int round) { uploadFloats(in.p, refInput(n, rank, count, round * count)); };
+    auto check = [&](int round) -> std::string {
+      const std::string at = "round " + std::to_string(round) + ": ";
+      std::string e = compareFloats(downloadFloats(sum.p, count), refSum(n, count, round * count), at + "the sum");
+      for (int p = 1; e.empty() && rank == 0 && p < n; ++p)
+        e = compareFloats(downloadFloats(from[p - 1]->p, count), refInput(n, p, count, round * count),
+                          at + "the message from rank " + std::to_string(p));
+      return e;
+    };
+    return eagerThenReplayed(s, comm, fill, group, check);
+  });
+}
+
+TEST(DeviceDrivenP2pMixed, CollectivesWithSendsOfSomeRanksInOneGroupCapture) {
+  REQUIRE_GPUS(3);
+  for (Mode mode : {Mode::kThreads, Mode::kProcesses})
+    EXPECT_EQ(failures(runRanks(mode, 3, mixedRank, 120)), "") << modeName(mode);
+}
+
 }  // namespace
 }  // namespace strata::test
