@@ -33,6 +33,7 @@ tree_child_twice|NCCL_ALGO=allreduce:tree STRATA_TEST_COLLECTIVES=AllReduce|test
 kernel_relaxed_flag|STRATA_GPU_SIM=4 STRATA_GPU_SIM_STRICT=1 STRATA_GPU_SIM_WEAK=1 STRATA_GPU_SIM_JITTER=1|tests/gpu_test --gtest_filter=Spread/ManyGpus.ExactAcrossTheKernelsRounds/threads_4ranks
 kernel_relaxed_flag|STRATA_GPU_SIM=1 STRATA_GPU_SIM_WEAK=1 STRATA_GPU_SIM_JITTER=1|tests/gpu_test --gtest_filter=PipeKernel.VirtualRanksOnOneGpu
 kernel_skip_barrier|STRATA_GPU_SIM=1 STRATA_GPU_SIM_THREADS=4 STRATA_GPU_SIM_JITTER=1|tests/gpu_test --gtest_filter=PipeKernel.VirtualRanksOnOneGpu
+kernel_skip_barrier|STRATA_GPU_SIM=4 STRATA_GPU_SIM_STRICT=1 STRATA_GPU_SIM_THREADS=4 STRATA_GPU_SIM_JITTER=1 STRATA_GPU_SIM_WEAK=1|tests/gpu_test --gtest_filter=Spread/ManyGpus.ExactAcrossTheKernelsRounds/threads_4ranks
 EOF
 
 wanted=("$@")

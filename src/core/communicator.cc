@@ -119,6 +119,7 @@ bool Communicator::tryChoose(Collective coll, size_t bytes, bool device, bool st
   if (c.config != &cfg || c.coll != coll || c.bytes != bytes || c.device != device || c.streamOrdered != streamOrdered) {
     algorithms::TuneRequest req = tuneRequest(coll, bytes, device, streamOrdered);
     c.found = algorithms::tryChoose(req, cfg.algo, cfg.proto, &c.choice);
+    if (!c.found && streamOrdered) warnFilteredKernels(req);
     if (c.found && logEnabled(LogLevel::kInfo, kSubsysTuning))
       STRATA_INFO(kSubsysTuning, rank(), "%s (%d ranks, %d node(s))",
                   algorithms::predictionLine(algorithms::predict(plan_, req, cfg.algo, cfg.proto)).c_str(), nranks(),
@@ -131,6 +132,23 @@ bool Communicator::tryChoose(Collective coll, size_t bytes, bool device, bool st
   }
   *out = c.choice;
   return c.found;
+}
+
+// NCCL_ALGO or NCCL_PROTO left out the device-driven kernels (Simple is their only
+// protocol) where they would run: device buffers then go through host staging, which
+// is slower and refuses graph capture. Said once per communicator, as a warning.
+void Communicator::warnFilteredKernels(const algorithms::TuneRequest& req) {
+  const Config& cfg = config();
+  algorithms::Choice unfiltered;
+  if ((cfg.algo.empty() && cfg.proto.empty()) || !algorithms::tryChoose(req, "", "", &unfiltered)) return;
+  if (filteredKernelsWarned_.exchange(true)) return;
+  std::string set = cfg.algo.empty() ? "" : "NCCL_ALGO=" + cfg.algo;
+  if (!cfg.proto.empty()) set += (set.empty() ? "" : " and ") + std::string("NCCL_PROTO=") + cfg.proto;
+  STRATA_WARN(rank(),
+              "%s leave out the device-driven kernels (%s, protocol Simple: Strata's kernels have no LL or LL128 "
+              "yet) for %s on device buffers: they go through host staging by a proxy thread instead, which is "
+              "slower and cannot be captured in a CUDA graph",
+              set.c_str(), unfiltered.name(), algorithms::collectiveName(req.coll));
 }
 
 algorithms::Choice Communicator::choose(Collective coll, size_t bytes, bool device, bool streamOrdered) {

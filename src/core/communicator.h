@@ -114,6 +114,8 @@ class Communicator {
   // device proxy stages them through host memory); `streamOrdered`: with kernels on
   // the caller's stream alone (no proxy).
   bool deviceCapable(Collective coll, size_t bytes, bool streamOrdered = false);
+  // Warns once when NCCL_ALGO / NCCL_PROTO left out the kernels `req` would run on.
+  void warnFilteredKernels(const algorithms::TuneRequest& req);
   // True when a point-to-point transfer of `bytes` with `peer` moves as one put that
   // the transport makes straight from and into device memory (GPUDirect RDMA): the
   // peer is reached over a network whose puts take device memory (kDevicePut), and
@@ -184,6 +186,7 @@ class Communicator {
   algorithms::RankLayout layout_;
   std::shared_ptr<uint32_t> deviceWords_;  // mapped pinned; outlives the pool (kernels use it to the end)
   mutable std::atomic<bool> deviceFailureLogged_{false};
+  std::atomic<bool> filteredKernelsWarned_{false};  // warnFilteredKernels said it
   std::atomic<int> exitedPeer_{-1};     // a peer process the device watch found gone (stop word raised)
   std::shared_ptr<void> deviceWatch_;  // watchDevicePeers' handle, with device words and peers elsewhere
   std::unique_ptr<ConnectionPool> pool_;

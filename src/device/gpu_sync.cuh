@@ -21,6 +21,11 @@ struct GpuSync {
     asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
   }
+  __device__ uint64_t loadRelaxed(const uint64_t* p) const {
+    uint64_t v;
+    asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+  }
   __device__ void storeRelease(uint64_t* p, uint64_t v) const {
     asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
   }

@@ -249,7 +249,10 @@ class Channel {
     if (want == 0) return 0;
     uint64_t start = k_.timeoutNs ? p_.now() : 0;
     const uint64_t* poison = k_.poison(self());
-    for (uint32_t polls = 1; p_.loadAcquire(word) < want; ++polls) {
+    // Relaxed polls (an acquire per poll would order every later load behind each
+    // one), then one acquire of the value that arrived: it synchronises with the
+    // release that raised it (or a later one), so the slot's data is read after.
+    for (uint32_t polls = 1; p_.loadRelaxed(word) < want; ++polls) {
       if (polls % 64 == 0) {
         if (uint64_t v = p_.loadAcquire(poison)) return giveUp(kPoisoned, static_cast<int>(v - 1));
         if (polls % 1024 == 0 && p_.loadWord(k_.stop)) return giveUp(KernelColl::kStopped, peer);
@@ -257,6 +260,7 @@ class Channel {
       }
       p_.pause();
     }
+    (void)p_.loadAcquire(word);
     return 0;
   }
 
@@ -397,8 +401,25 @@ STRATA_KERNEL_FN inline bool meshDirect(const KernelPipe& k, P& p, Channel<P>& c
     size_t cnt = minOf(slice, hi - base), at = base * k.es;
     auto input = [&](int q) { return k.send + (wideIn ? q * piece : 0) + at; };
     auto output = [&](int q) { return k.recv + (wideOut ? q * piece : 0) + at; };
+    // One input for every peer (all-gather, broadcast, reduce, gather): read once and
+    // written to every peer's slot, and to this rank's own output in the same pass when
+    // it is aligned as the input is (else a pass of its own, so that the slots' part
+    // still moves as 16-byte vectors).
+    const bool ownFirst = !wideIn && !reduce && result && own && input(me) != output(me) &&
+                          (reinterpret_cast<uintptr_t>(input(me)) - reinterpret_cast<uintptr_t>(output(me))) % 16 == 0;
     if (!c.wait(0, b.nout)) return false;
-    for (int i = 0; i < b.nout; ++i) copyPass(p, c, input(b.outs[i]->peer), multiply, c.slot(*b.outs[i]), cnt);
+    if (wideIn) {
+      for (int i = 0; i < b.nout; ++i) copyPass(p, c, input(b.outs[i]->peer), multiply, c.slot(*b.outs[i]), cnt);
+    } else if (b.nout > 0 || ownFirst) {
+      Pass& x = c.next();
+      if (p.thread() == 0) {
+        x.clear(cnt);
+        x.from(input(me), multiply);
+        for (int i = 0; i < b.nout; ++i) x.to(c.slot(*b.outs[i]));
+        if (ownFirst) x.to(output(me));
+      }
+      c.run(x);
+    }
     c.post(0, b.nout);
     if (!c.wait(b.nin, 0)) return false;
     if (result && reduce) {  // every contribution in rank order
@@ -416,7 +437,7 @@ STRATA_KERNEL_FN inline bool meshDirect(const KernelPipe& k, P& p, Channel<P>& c
       c.run(x);
     } else if (result) {  // each piece in its place; this rank's own from its input
       for (int i = 0; i < b.nin; ++i) copyPass(p, c, c.slot(*b.ins[i]), false, output(b.ins[i]->peer), cnt);
-      if (own && input(me) != output(me)) copyPass(p, c, input(me), false, output(me), cnt);
+      if (own && !ownFirst && input(me) != output(me)) copyPass(p, c, input(me), false, output(me), cnt);
     }
     c.post(b.nin, 0);
   }

@@ -37,8 +37,8 @@ uint32_t PipeBlock::barrier(uint32_t v) {
   return or_[g & 1].load(std::memory_order_acquire);
 }
 
-char* PipeBlock::hold(char* dst, size_t bytes) {
-  if (!weak_ || bytes == 0) return nullptr;
+bool PipeBlock::hold(char* dst, const void* src, size_t bytes) {
+  if (!weak_ || bytes == 0) return false;
   const KernelPipe& k = *k_;
   size_t regionBytes = k.part + KernelPipe::regionBytes(k.channels, k.conns, k.depth, k.slotBytes);
   int self = k.algo == KernelPipe::kRing ? KernelPipe::kSelf : k.rank;
@@ -46,12 +46,15 @@ char* PipeBlock::hold(char* dst, size_t bytes) {
   for (int q = 0; q < regions; ++q) {
     if (q == self || !k.region[q]) continue;
     if (dst >= k.region[q] && dst < k.region[q] + regionBytes) {
+      // Copied in under the lock: a thread of a block whose barrier is missing may
+      // publish (and free) the held stores while this one still stores.
       std::lock_guard<std::mutex> lock(heldMutex_);
-      held_.push_back(std::make_unique<Held>(Held{dst, std::vector<char>(bytes)}));
-      return held_.back()->bytes.data();
+      const char* from = static_cast<const char*>(src);
+      held_.push_back(std::make_unique<Held>(Held{dst, std::vector<char>(from, from + bytes)}));
+      return true;
     }
   }
-  return nullptr;
+  return false;
 }
 
 void PipeBlock::publish() {
@@ -135,8 +138,7 @@ void PipePrims::pass(const pipe::Pass& x) {
   }
   for (int d = 0; d < x.ndst; ++d) {
     char* to = x.dst[d] + lo * es;
-    if (char* h = b_.hold(to, bytes)) memcpy(h, result, bytes);
-    else if (to != result) memmove(to, result, bytes);
+    if (!b_.hold(to, result, bytes) && to != result) memmove(to, result, bytes);
   }
 }
 

@@ -28,9 +28,9 @@ class PipeBlock {
   // Every thread arrives; all get the OR of what they brought.
   uint32_t barrier(uint32_t v);
   pipe::Block& state() { return state_; }
-  // Where a store of `bytes` to `dst` goes instead (weak memory: dst in a peer's
-  // region), or null to store it now.
-  char* hold(char* dst, size_t bytes);
+  // Keeps a store of `bytes` from `src` to `dst` back (weak memory: dst in a peer's
+  // region); false when it is to be stored now.
+  bool hold(char* dst, const void* src, size_t bytes);
   // Every held store, in shuffled 4 KiB pieces.
   void publish();
 
@@ -62,6 +62,7 @@ class PipePrims {
   uint64_t now() const;
   void pause() const;
   uint64_t loadAcquire(const uint64_t* p) const { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+  uint64_t loadRelaxed(const uint64_t* p) const { return __atomic_load_n(p, __ATOMIC_RELAXED); }
   // Cumulative, as PTX's: publishes the block's held stores (the barrier before it
   // ordered them), then the word. A relaxed store publishes nothing.
   void storeRelease(uint64_t* p, uint64_t v);

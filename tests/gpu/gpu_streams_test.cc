@@ -1,8 +1,10 @@
 // Stream order of the calls on device buffers, and host-buffer operations behind
 // a stream that never reaches them (label "gpu"; on simulated GPUs too).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +20,50 @@
 
 namespace strata::test {
 namespace {
+
+// NCCL_PROTO=LL (a job tuned for NCCL) leaves out the device-driven kernels, whose one
+// protocol is Simple: the collectives still run, through host staging, exact, and
+// every rank says so once (a warning naming the variable and the kernels left out),
+// however many calls it makes.
+TEST(DeviceDrivenProtocols, AProtocolTheKernelsLackIsSaidOnce) {
+  REQUIRE_GPUS(2);
+  std::string dir = testing::TempDir() + "strata-proto-warn." + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  setenv("NCCL_PROTO", "LL", 1);
+  setenv("NCCL_DEBUG", "WARN", 1);
+  setenv("NCCL_DEBUG_FILE", (dir + "/warn.%p.log").c_str(), 1);
+  reloadEnvironment();
+  auto results = runRanks(Mode::kProcesses, 2, [](int rank, int n, const ncclUniqueId& id) {
+    return onOwnGpu(rank, n, id, [&](ncclComm_t comm, cudaStream_t s) -> std::string {
+      const size_t count = 5003;
+      DeviceBuffer in(count * sizeof(float)), out(count * sizeof(float));
+      for (int round = 0; round < 3; ++round) {
+        uploadFloats(in.p, refInput(n, rank, count, round * count));
+        if (ncclAllReduce(in.p, out.p, count, ncclFloat32, ncclSum, comm, s) != ncclSuccess)
+          return std::string("all-reduce: ") + ncclGetLastError(comm);
+        device::streamSynchronize(s);
+        std::string e = compareFloats(downloadFloats(out.p, count), refSum(n, count, round * count),
+                                      "round " + std::to_string(round));
+        if (!e.empty()) return e;
+      }
+      return std::string();
+    });
+  });
+  for (const char* name : {"NCCL_PROTO", "NCCL_DEBUG", "NCCL_DEBUG_FILE"}) unsetenv(name);
+  reloadEnvironment();
+  EXPECT_EQ(failures(results), "");
+  std::vector<std::vector<std::string>> logs = rankLogs(dir);
+  EXPECT_EQ(logs.size(), 2u);
+  for (const auto& lines : logs) {
+    int said = 0;
+    for (const std::string& l : lines)
+      if (l.find("NCCL_PROTO=LL leave out the device-driven kernels") != std::string::npos &&
+          l.find("AllReduce") != std::string::npos)
+        ++said;
+    EXPECT_EQ(said, 1) << "a rank's warnings:\n" << testing::PrintToString(lines);
+  }
+  std::filesystem::remove_all(dir);
+}
 
 // Stream order: the call returns before the stream has run it, and work enqueued
 // after it sees the result; on CUDA, a captured stream is refused with a clear error.
