@@ -117,10 +117,10 @@ std::vector<CommStream>& commStreams(Ops ops) {
 // several GPUs gives each of its communicators a stream of its own, and their kernels
 // launch in turn from this thread), collectives and sends and receives that
 // device-driven algorithms run (a group mixing them launches its collective kernels
-// and its point-to-point kernel in the same order on every rank). Every rank must decide alike, so nothing a peer may
-// see differently counts: not how many transfers this rank's group has, nor buffers
-// this rank does not use (NCCL ignores a non-root's reduce or gather output, which may
-// be null).
+// and its point-to-point kernel in the same order on every rank). Every rank must
+// decide alike, so nothing a peer may see differently counts: not how many transfers
+// this rank's group has, nor buffers this rank does not use (NCCL ignores a non-root's
+// reduce or gather output, which may be null).
 bool streamOrdered(Ops ops, const std::vector<CommStream>& comms, const std::vector<OpMemory>& memory) {
   for (size_t i = 0; i < ops.size(); ++i) {
     auto& [h, op] = ops[i];
