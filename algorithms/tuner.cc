@@ -129,7 +129,7 @@ bool tryChooseAmong(const TuneRequest& req, const std::string& algoSpec, const s
     bool listed = a->selectable() && traits(req.coll).scheduled && req.nranks > 1;
     if (listed && !algorithmAllowed(*a, algoSpec, func)) continue;
     for (Protocol p : a->protocols()) {
-      if (p == Protocol::kLL && !req.sharedMemory) continue;
+      if (p == Protocol::kLL && !a->deviceMemory() && !req.sharedMemory) continue;  // the host's LL: shared memory
       if (listed && !listAllows(protoSpec, protocolName(p), func)) continue;
       double t = costOf(*a, p, req);
       if (t < best.estimatedUs) best = Choice{a, p, t};

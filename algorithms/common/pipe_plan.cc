@@ -44,9 +44,9 @@ void needRegions(PlanContext& ctx, const PipeGeometry& g) {
 }
 
 // Elements of one rank's piece (KernelColl's count) for nccl-tests' size of `op`.
-int blocksFor(const PipeGeometry& g, size_t bytes) {
-  size_t want = (bytes + PipeGeometry::kChannelBytes - 1) / PipeGeometry::kChannelBytes;
-  return static_cast<int>(std::clamp<size_t>(want, 1, static_cast<size_t>(g.channels)));
+int blocksFor(size_t bytes, size_t per, int channels) {
+  size_t want = (bytes + per - 1) / per;
+  return static_cast<int>(std::clamp<size_t>(want, 1, static_cast<size_t>(channels)));
 }
 
 }  // namespace
@@ -81,21 +81,23 @@ void planPipe(PlanContext& ctx, const CollectiveOp& op, int algo) {
   k.rank = l.rank;
   k.n = l.nranks;
   k.root = op.root;
-  k.channels = g.channels;
-  k.blocks = blocksFor(g, op.bytes);
+  bool ring = algo == KernelPipe::kRing, ll = algo == KernelPipe::kMeshLL;
+  k.channels = ll ? g.llChannels() : g.channels;
+  k.blocks = ll ? blocksFor(op.bytes, PipeGeometry::kLLChannelBytes, k.channels)
+                : blocksFor(op.bytes, PipeGeometry::kChannelBytes, k.channels);
   k.type = op.type;
   k.es = static_cast<int>(device::dtypeSize(op.type));
   k.op = op.op;
   k.send = static_cast<const char*>(op.sendbuff);
   k.recv = static_cast<char*>(op.recvbuff);
   k.count = op.count;
-  bool ring = algo == KernelPipe::kRing;
-  k.depth = ring ? PipeGeometry::kRingDepth : PipeGeometry::kMeshDepth;
+  k.depth = ring ? PipeGeometry::kRingDepth : PipeGeometry::kMeshDepth;  // (LL's layout is its own)
   k.slotBytes = ring ? PipeGeometry::kRingSlot : PipeGeometry::kMeshSlot;
   k.conns = ring ? 1 : k.n;
-  k.part = PipeGeometry::kHeader + (ring ? 0 : g.ringBytes());
+  k.part = PipeGeometry::kHeader + (ring ? 0 : g.ringBytes()) + (ll ? g.meshBytes() : 0);
   PipeState* state = &ctx.state<PipeState>();
-  k.state = state->words() + (ring ? 0 : KernelPipe::stateWords(g.channels, 1));
+  k.state = state->words() + (ring ? 0 : KernelPipe::stateWords(g.channels, 1)) +
+            (ll ? KernelPipe::stateWords(g.channels, k.n) : 0);
   k.stop = state->stopWord();
   k.error = state->errorWord();
   k.timeoutNs = config().deviceTimeoutSec > 0 ? kernelTimeoutNs(config().deviceTimeoutSec) : 0;
@@ -123,8 +125,33 @@ void planPipe(PlanContext& ctx, const CollectiveOp& op, int algo) {
 // the round trip itself: a sender is up to `depth` messages ahead). The channels keep
 // enough in flight: 512 threads x 4 loads of 16 bytes = 32 KiB per channel, 1 MiB
 // over 32, against NVLink's ~1 us; kChannelGBps is that per channel.
+bool llServes(Collective c) {
+  return c == Collective::kAllReduce || c == Collective::kAllGather || c == Collective::kReduceScatter;
+}
+
+namespace {
+
+// LL: per round of a channel (ll::kUnits units of 16 bytes) one trip over NVLink
+// (kTripUs: a store and the peer's poll, no fence), every unit sent to every peer as
+// twice its bytes (half of a line is flags). The stores need no reply, so the
+// channels' rate is the link's, each channel's capped as Simple's are.
+double llCostUs(const TuneRequest& r, double launchUs, double channelGBps) {
+  constexpr double kTripUs = 1.0;
+  constexpr double kRoundBytes = device::ll::kUnits * 16.0;
+  double n = r.nranks, bytes = static_cast<double>(r.bytes);
+  double piece = r.coll == Collective::kAllReduce ? bytes : bytes / n;  // what each rank sends each peer
+  double channels = std::clamp(std::ceil(piece / PipeGeometry::kLLChannelBytes), 1.0,
+                               static_cast<double>(device::ll::kMaxChannels));
+  double rounds = std::max(1.0, std::ceil(piece / channels / kRoundBytes));
+  double link = std::min(r.intra.bandwidthGBps, channels * channelGBps) * 1e3;  // bytes per us
+  return launchUs + rounds * kTripUs + 2 * (n - 1) * piece / link;
+}
+
+}  // namespace
+
 double pipeCostUs(const TuneRequest& r, int algo) {
   constexpr double kLaunchUs = 3.0, kStepUs = 1.5, kFlagUs = 0.5, kChannelGBps = 32.0;
+  if (algo == KernelPipe::kMeshLL) return llServes(r.coll) ? llCostUs(r, kLaunchUs, kChannelGBps) : HUGE_VAL;
   double n = r.nranks, bytes = static_cast<double>(r.bytes);
   bool wide = traits(r.coll).wide != Wide::kNone;  // nccl-tests' size counts every rank's piece
   double piece = wide ? bytes / n : bytes;

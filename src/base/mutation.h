@@ -19,11 +19,12 @@ enum class Mutation {
   kKernelRelaxedFlag,      // a pipelined kernel raises its ready flags relaxed: its data may land after them
   kTreeChildTwice,         // a tree rank counts its first child's partial result twice
   kKernelSkipBarrier,      // a pipelined kernel posts a message without the block barrier after its data pass
+  kKernelLLOneFlag,        // an LL reader trusts a unit once its first line's flags match
 };
 
 // The names STRATA_MUTATION takes, in enum order (kNone is "").
 const char* mutationName(Mutation m);
-constexpr int kMutationCount = 9;
+constexpr int kMutationCount = 10;
 
 #ifdef STRATA_MUTATIONS
 constexpr bool kMutationsBuilt = true;

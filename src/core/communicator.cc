@@ -134,9 +134,10 @@ bool Communicator::tryChoose(Collective coll, size_t bytes, bool device, bool st
   return c.found;
 }
 
-// NCCL_ALGO or NCCL_PROTO left out the device-driven kernels (Simple is their only
-// protocol) where they would run: device buffers then go through host staging, which
-// is slower and refuses graph capture. Said once per communicator, as a warning.
+// NCCL_ALGO or NCCL_PROTO left out the device-driven kernels where they would run
+// (they have Simple, and LL for the mesh's all-reduce, all-gather and reduce-scatter;
+// no LL128): device buffers then go through host staging, which is slower and refuses
+// graph capture. Said once per communicator, as a warning.
 void Communicator::warnFilteredKernels(const algorithms::TuneRequest& req) {
   const Config& cfg = config();
   algorithms::Choice unfiltered;
@@ -145,10 +146,12 @@ void Communicator::warnFilteredKernels(const algorithms::TuneRequest& req) {
   std::string set = cfg.algo.empty() ? "" : "NCCL_ALGO=" + cfg.algo;
   if (!cfg.proto.empty()) set += (set.empty() ? "" : " and ") + std::string("NCCL_PROTO=") + cfg.proto;
   STRATA_WARN(rank(),
-              "%s leave out the device-driven kernels (%s, protocol Simple: Strata's kernels have no LL or LL128 "
-              "yet) for %s on device buffers: they go through host staging by a proxy thread instead, which is "
-              "slower and cannot be captured in a CUDA graph",
-              set.c_str(), unfiltered.name(), algorithms::collectiveName(req.coll));
+              "%s leave out the device-driven kernels (%s, protocol %s; Strata's kernels have Simple, LL only "
+              "for the mesh's all-reduce, all-gather and reduce-scatter, and no LL128) for %s on device buffers: "
+              "they go through host staging by a proxy thread instead, which is slower and cannot be captured in "
+              "a CUDA graph",
+              set.c_str(), unfiltered.name(), algorithms::protocolName(unfiltered.proto),
+              algorithms::collectiveName(req.coll));
 }
 
 algorithms::Choice Communicator::choose(Collective coll, size_t bytes, bool device, bool streamOrdered) {

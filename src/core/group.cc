@@ -147,6 +147,19 @@ void checkStreams(Ops ops) {
   }
 }
 
+// The proxy runs a collective through a device-memory algorithm or, staged, a host
+// one: NCCL_ALGO / NCCL_PROTO must leave one of them (NCCL_PROTO=LL128 leaves neither),
+// or the call fails here, naming them, instead of on the proxy thread after the call
+// returned (the stream would go on with outputs never written).
+void checkProxyChoice(Ops ops) {
+  for (auto& [h, op] : ops) {
+    if (op.count == 0 || op.kind != OpKind::kCollective) continue;
+    Communicator& comm = readyComm(h, op.fn);
+    size_t bytes = opBytes(op, comm.nranks());
+    if (!comm.deviceCapable(op.coll, bytes)) comm.choose(op.coll, bytes);  // throws, naming them
+  }
+}
+
 // Device buffers go to the stream: kernels enqueued here, or the proxy's job
 // (device_proxy.h); host buffers run here, after the communicators' earlier device
 // operations.
@@ -157,7 +170,10 @@ void runOps(Ops ops) {
     checkGroup(ops);
     checkStreams(ops);
     std::vector<CommStream>& comms = commStreams(ops);
-    if (!streamOrdered(ops, comms, memory)) return DeviceProxy::enqueue({ops.begin(), ops.end()});
+    if (!streamOrdered(ops, comms, memory)) {
+      checkProxyChoice(ops);
+      return DeviceProxy::enqueue({ops.begin(), ops.end()});
+    }
     // A capture's work is the graph's, run at its replays: nothing to order or wait for.
     for (CommStream& c : comms)
       if (c.stream != device::kLegacyStream && device::streamCapturing(c.stream)) c.stream = nullptr;

@@ -213,6 +213,7 @@ void launchKernelPipe(const KernelPipe& k, void* stream) {
   KernelPipe run = k;  // the mutation stage's faults (base/mutation.h)
   run.relaxedFlag = mutated(Mutation::kKernelRelaxedFlag);
   run.skipBarrier = mutated(Mutation::kKernelSkipBarrier);
+  run.llOneFlag = mutated(Mutation::kKernelLLOneFlag);
   backend().kernelPipe(run, stream);
 }
 int pipeChannels(int device) { return backend().pipeChannels(device); }

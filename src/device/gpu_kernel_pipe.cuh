@@ -1,9 +1,10 @@
-// The pipelined collective kernel (kernel_pipe.h) on a GPU: the protocol's
-// primitives in PTX, and its data passes as block-wide loops in which every thread
-// keeps kUnroll 16-byte loads of each source in flight, combines them (half and
-// bf16 as packed pairs), and stores the result to every target. Included by the
-// gpu_kernel_pipe_*.cu files, each instantiating launchPipe for a few types, so that
-// the instantiations compile in parallel (kernelPipe, in gpu_kernel_pipe.cu, picks one).
+// The pipelined collective kernel (kernel_pipe.h) and the LL kernel (kernel_ll.h) on a
+// GPU: the protocols' primitives in PTX, and the pipelined kernel's data passes as
+// block-wide loops in which every thread keeps kUnroll 16-byte loads of each source in
+// flight, combines them (half and bf16 as packed pairs), and stores the result to
+// every target. Included by the gpu_kernel_pipe_*.cu files, each instantiating
+// launchPipe (both kernels) for a few types, so that the instantiations compile in
+// parallel (kernelPipe, in gpu_kernel_pipe.cu, picks one).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -14,6 +15,7 @@
 #include "device/gpu_format.cuh"
 #include "device/gpu_kernels.h"
 #include "device/gpu_sync.cuh"
+#include "device/kernel_ll.h"
 #include "device/kernel_pipe.h"
 
 namespace strata::device::cuda {
@@ -190,6 +192,62 @@ struct PipePrims : GpuSync {
     }
   }
 
+  // The LL protocol's (kernel_ll.h): a unit of 16 bytes, whole or the first `cnt`
+  // elements (the rest zero), combined as a pass combines; lines stored and polled
+  // with 16-byte volatile accesses, each 8-byte half {data, flag} landing whole.
+  __device__ static uint4 bits(const LLUnit& u) { return make_uint4(u.w[0], u.w[1], u.w[2], u.w[3]); }
+  __device__ static LLUnit unit(uint4 v) { return LLUnit{{v.x, v.y, v.z, v.w}}; }
+  __device__ LLUnit loadUnit(const char* src, size_t cnt, bool multiply) const {
+    constexpr int V = Vec<T>::kLanes;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (cnt == V && aligned16(src)) {
+      v = load16(src);
+    } else {
+      T* x = reinterpret_cast<T*>(&v);
+#pragma unroll
+      for (int l = 0; l < V; ++l)
+        if (l < static_cast<int>(cnt)) x[l] = loadOne(src, l);
+    }
+    return unit(multiply ? Vec<T>::scale(v, scalar) : v);
+  }
+  __device__ void storeUnit(char* dst, const LLUnit& u, size_t cnt) const {
+    constexpr int V = Vec<T>::kLanes;
+    uint4 v = bits(u);
+    if (cnt == V && aligned16(dst)) {
+      store16(dst, v);
+      return;
+    }
+    const T* x = reinterpret_cast<const T*>(&v);
+#pragma unroll
+    for (int l = 0; l < V; ++l)
+      if (l < static_cast<int>(cnt)) reinterpret_cast<T*>(dst)[l] = x[l];
+  }
+  __device__ LLUnit combine(const LLUnit& a, const LLUnit& b) const {
+    return unit(Vec<T>::combine(bits(a), bits(b), k.op.kind));
+  }
+  __device__ LLUnit finish(const LLUnit& a) const {
+    return k.op.postDivide > 1 ? unit(Vec<T>::divide(bits(a), k.op.postDivide)) : a;
+  }
+  __device__ void storeLines(char* at, const LLUnit& u, uint32_t f) const {
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(at), "r"(u.w[0]), "r"(f), "r"(u.w[1]), "r"(f)
+                 : "memory");
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(at + 16), "r"(u.w[2]), "r"(f), "r"(u.w[3]),
+                 "r"(f)
+                 : "memory");
+  }
+  __device__ LLLines loadLines(const char* at) const {
+    LLLines l;
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(l.v[0]), "=r"(l.v[1]), "=r"(l.v[2]), "=r"(l.v[3])
+                 : "l"(at)
+                 : "memory");
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(l.v[4]), "=r"(l.v[5]), "=r"(l.v[6]), "=r"(l.v[7])
+                 : "l"(at + 16)
+                 : "memory");
+    return l;
+  }
+
   __device__ static T loadOne(const char* p, size_t i) {
     using Raw = std::conditional_t<sizeof(T) == 1, unsigned char,
                 std::conditional_t<sizeof(T) == 2, unsigned short,
@@ -201,29 +259,40 @@ struct PipePrims : GpuSync {
   }
 };
 
+// The op's scalar as the kernel computes with it.
+template <typename T>
+__device__ typename DevFormat<T>::C scalarOf(const KernelPipe& k) {
+  using C = typename DevFormat<T>::C;
+  if (k.op.scalarAt) return DevFormat<T>::load(*static_cast<const T*>(k.op.scalarAt));  // ncclScalarDevice: read now
+  if constexpr (std::is_integral_v<C>) {
+    return static_cast<C>(k.op.scalarI);
+  } else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    return static_cast<C>(k.op.scalarF);
+  } else {  // rounded to the storage type first, as the CPU does
+    return DevFormat<T>::load(DevFormat<T>::store(static_cast<float>(k.op.scalarF)));
+  }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kPipeThreads, 1) pipeKernel(const __grid_constant__ KernelPipe k) {
-  using C = typename DevFormat<T>::C;
   __shared__ pipe::Block block;
-  C scalar{};
-  if (k.op.scalarAt) {  // ncclScalarDevice: read as the kernel runs
-    scalar = DevFormat<T>::load(*static_cast<const T*>(k.op.scalarAt));
-  } else if constexpr (std::is_integral_v<C>) {
-    scalar = static_cast<C>(k.op.scalarI);
-  } else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    scalar = static_cast<C>(k.op.scalarF);
-  } else {  // rounded to the storage type first, as the CPU does
-    scalar = DevFormat<T>::load(DevFormat<T>::store(static_cast<float>(k.op.scalarF)));
-  }
-  PipePrims<T> p{{}, k, scalar};
+  PipePrims<T> p{{}, k, scalarOf<T>(k)};
   pipe::runBlock(k, p, block, blockIdx.x);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kPipeThreads, 1) llKernel(const __grid_constant__ KernelPipe k) {
+  PipePrims<T> p{{}, k, scalarOf<T>(k)};
+  ll::runBlock(k, p, blockIdx.x);
 }
 
 }  // namespace
 
 template <typename T>
 void launchPipe(const KernelPipe& k, void* stream) {
-  pipeKernel<T><<<k.blocks, kPipeThreads, 0, static_cast<cudaStream_t>(stream)>>>(k);
+  auto s = static_cast<cudaStream_t>(stream);
+  if (k.algo == KernelPipe::kMeshLL) llKernel<T><<<k.blocks, kPipeThreads, 0, s>>>(k);
+  else pipeKernel<T><<<k.blocks, kPipeThreads, 0, s>>>(k);
 }
 
 }  // namespace strata::device::cuda

@@ -49,7 +49,9 @@ struct KernelPipe {
   static constexpr int kMaxSources = kMaxMesh + 1;  // inputs one pass combines (two-shot: n slots... and own input)
   static constexpr int kMaxTargets = kMaxMesh;      // outputs one pass writes
   static constexpr size_t kLine = 128;      // flag words each on a line of their own
-  enum Algo : int { kRing, kMesh };
+  // kMeshLL: the mesh's LL protocol (device/kernel_ll.h), for small all-reduces,
+  // all-gathers and reduce-scatters.
+  enum Algo : int { kRing, kMesh, kMeshLL };
   using Coll = KernelColl::Coll;
   // Region pointers of a ring kernel: its own, its previous rank's, its next rank's.
   enum RingPeer : int { kSelf = 0, kPrev = 1, kNext = 2 };
@@ -76,6 +78,7 @@ struct KernelPipe {
   uint64_t timeoutNs = 0;                   // 0: waits end only on the stop or poison word
   bool relaxedFlag = false;                 // the mutation stage's faults (base/mutation.h)
   bool skipBarrier = false;
+  bool llOneFlag = false;                   // an LL reader checks only a unit's first line
 
   // Region layout: the poison word at the region's start; at `part`, per channel and
   // connection two lines (ready, credit), then the slots.
@@ -114,6 +117,18 @@ STRATA_KERNEL_FN inline size_t roundUp(size_t a, size_t v) { return (a + v - 1) 
 STRATA_KERNEL_FN inline int mod(int a, int n) { return (a % n + n) % n; }
 
 constexpr uint32_t kPoisoned = KernelColl::kPoisoned;
+
+// Records why (the first failure only) and poisons every region the kernel reaches:
+// no rank's later step goes on after a failure. Returns 1 (gave up).
+template <class P>
+STRATA_KERNEL_FN inline uint32_t failAll(const KernelPipe& k, P& p, uint32_t why, int peer) {
+  if (p.loadWord(k.error) == 0) p.storeWord(k.error, why << 8 | static_cast<uint32_t>(peer));
+  int regions = k.algo == KernelPipe::kRing ? 3 : k.n;
+  uint64_t culprit = static_cast<uint64_t>(why == kPoisoned ? peer : k.rank) + 1;
+  for (int q = 0; q < regions; ++q)
+    if (k.region[q]) p.storeRelease(k.poison(q), culprit);
+  return 1;
+}
 
 // One side of a connection as a block sees it.
 struct Link {
@@ -234,16 +249,7 @@ class Channel {
  private:
   STRATA_KERNEL_FN int self() const { return k_.algo == KernelPipe::kRing ? KernelPipe::kSelf : k_.rank; }
 
-  // Records why (the first failure only) and poisons every region the kernel
-  // reaches: no rank's later step goes on after a failure.
-  STRATA_KERNEL_FN uint32_t giveUp(uint32_t why, int peer) {
-    if (p_.loadWord(k_.error) == 0) p_.storeWord(k_.error, why << 8 | static_cast<uint32_t>(peer));
-    int regions = k_.algo == KernelPipe::kRing ? 3 : k_.n;
-    uint64_t culprit = static_cast<uint64_t>(why == kPoisoned ? peer : k_.rank) + 1;
-    for (int q = 0; q < regions; ++q)
-      if (k_.region[q]) p_.storeRelease(k_.poison(q), culprit);
-    return 1;
-  }
+  STRATA_KERNEL_FN uint32_t giveUp(uint32_t why, int peer) { return failAll(k_, p_, why, peer); }
 
   STRATA_KERNEL_FN uint32_t waitFor(const uint64_t* word, uint64_t want, int peer) {
     if (want == 0) return 0;

@@ -57,8 +57,28 @@ bool PipeBlock::hold(char* dst, const void* src, size_t bytes) {
   return false;
 }
 
+bool PipeBlock::holdWord(uint64_t* dst, uint64_t v) {
+  if (!weak_) return false;
+  std::lock_guard<std::mutex> lock(heldMutex_);
+  heldWords_.emplace_back(dst, v);
+  return true;
+}
+
+void PipeBlock::publishSomeWords() {
+  if (!weak_) return;
+  std::lock_guard<std::mutex> lock(heldMutex_);
+  for (size_t i = heldWords_.size(); i > 1; --i) std::swap(heldWords_[i - 1], heldWords_[xorshift(&rng_) % i]);
+  size_t keep = heldWords_.empty() ? 0 : xorshift(&rng_) % (heldWords_.size() + 1);
+  for (size_t i = keep; i < heldWords_.size(); ++i)
+    __atomic_store_n(heldWords_[i].first, heldWords_[i].second, __ATOMIC_RELAXED);
+  heldWords_.resize(keep);
+}
+
 void PipeBlock::publish() {
   std::lock_guard<std::mutex> lock(heldMutex_);
+  for (size_t i = heldWords_.size(); i > 1; --i) std::swap(heldWords_[i - 1], heldWords_[xorshift(&rng_) % i]);
+  for (auto& [dst, v] : heldWords_) __atomic_store_n(dst, v, __ATOMIC_RELAXED);
+  heldWords_.clear();
   std::vector<std::pair<char*, const char*>> pieces;
   std::vector<size_t> sizes;
   for (auto& h : held_)
@@ -142,6 +162,65 @@ void PipePrims::pass(const pipe::Pass& x) {
   }
 }
 
+LLUnit PipePrims::loadUnit(const char* src, size_t cnt, bool multiply) {
+  LLUnit u{};
+  memcpy(u.w, src, cnt * static_cast<size_t>(k_.es));
+  if (multiply) {
+    LLUnit scaled{};
+    device::prepare(scaled.w, u.w, 16 / static_cast<size_t>(k_.es), k_.type, k_.op);
+    return scaled;
+  }
+  return u;
+}
+
+LLUnit PipePrims::combine(const LLUnit& a, const LLUnit& b) const {
+  ReduceOp plain = k_.op;
+  plain.preMultiply = false;
+  plain.postDivide = 0;
+  const void* in[2] = {a.w, b.w};
+  LLUnit out{};
+  device::reduceInOrder(out.w, in, 2, 16 / static_cast<size_t>(k_.es), k_.type, plain);
+  return out;
+}
+
+LLUnit PipePrims::finish(const LLUnit& a) const {
+  if (k_.op.postDivide <= 1) return a;
+  ReduceOp plain = k_.op;
+  plain.preMultiply = false;
+  const void* in[1] = {a.w};
+  LLUnit out{};
+  device::reduceInOrder(out.w, in, 1, 16 / static_cast<size_t>(k_.es), k_.type, plain);
+  return out;
+}
+
+// Two 16-byte lines, {w0, f, w1, f} {w2, f, w3, f}: each 8-byte half one atomic store.
+void PipePrims::storeLines(char* at, const LLUnit& u, uint32_t flag) {
+  jitter();
+  auto* word = reinterpret_cast<uint64_t*>(at);
+  for (int h = 0; h < 4; ++h) {
+    uint64_t v = static_cast<uint64_t>(flag) << 32 | u.w[h];
+    if (!b_.holdWord(word + h, v)) __atomic_store_n(word + h, v, __ATOMIC_RELAXED);
+  }
+}
+
+LLLines PipePrims::loadLines(const char* at) {
+  b_.publishSomeWords();  // this thread waits: some of its block's stores land meanwhile
+  LLLines l;
+  auto* word = reinterpret_cast<const uint64_t*>(at);
+  for (int h = 0; h < 4; ++h) {
+    uint64_t v = __atomic_load_n(word + h, __ATOMIC_RELAXED);
+    l.v[2 * h] = static_cast<uint32_t>(v);
+    l.v[2 * h + 1] = static_cast<uint32_t>(v >> 32);
+  }
+  return l;
+}
+
+void runBlock(const KernelPipe& k, PipePrims& p, PipeBlock& b, int ch) {
+  if (k.algo != KernelPipe::kMeshLL) return pipe::runBlock(k, p, b.state(), ch);
+  ll::runBlock(k, p, ch);
+  b.publish();  // this thread's stores land by the end of its work (it may be the last to poll)
+}
+
 void runKernelPipe(const KernelPipe& given, int device) {
   KernelPipe k = given;
   if (k.op.scalarAt) loadScalar(k.op.scalarAt, k.type, &k.op);  // now, as the kernel runs
@@ -155,7 +234,7 @@ void runKernelPipe(const KernelPipe& given, int device) {
       running.emplace_back([&k, &blocks, b, t] {
         PipePrims p(k, *blocks[b], t, config().gpuSimJitter, config().gpuSimWeak);
         blocks[b]->barrier(0);  // thread 0 has set the block up
-        pipe::runBlock(k, p, blocks[b]->state(), b);
+        runBlock(k, p, *blocks[b], b);
       });
   for (std::thread& t : running) t.join();
   for (auto& b : blocks) b->publish();  // the kernel ended: everything it stored is visible

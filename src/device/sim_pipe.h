@@ -11,10 +11,13 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
+#include "device/kernel_ll.h"
 #include "device/kernel_pipe.h"
 
 namespace strata::device::sim {
@@ -31,8 +34,13 @@ class PipeBlock {
   // Keeps a store of `bytes` from `src` to `dst` back (weak memory: dst in a peer's
   // region); false when it is to be stored now.
   bool hold(char* dst, const void* src, size_t bytes);
-  // Every held store, in shuffled 4 KiB pieces.
+  // Keeps an LL line's 8-byte half back (weak memory); false when it is to be stored now.
+  bool holdWord(uint64_t* dst, uint64_t v);
+  // Every held store, in shuffled 4 KiB pieces, and every held LL word.
   void publish();
+  // A random part of the held LL words, in shuffled order (a GPU's stores land
+  // eventually, in any order: a waiting thread lets some land).
+  void publishSomeWords();
 
  private:
   struct Held {
@@ -46,6 +54,7 @@ class PipeBlock {
   pipe::Block state_{};
   std::mutex heldMutex_;
   std::vector<std::unique_ptr<Held>> held_;
+  std::vector<std::pair<uint64_t*, uint64_t>> heldWords_;
   uint64_t rng_ = 0x9e3779b97f4a7c15ull;
 
   friend class PipePrims;
@@ -73,6 +82,15 @@ class PipePrims {
   // This thread's share of the pass: whole 16-byte vectors of it, as a GPU's threads split one.
   void pass(const pipe::Pass& x);
 
+  // The LL protocol's (kernel_ll.h), with the CPU's arithmetic; a line's 8-byte halves
+  // are host atomics (held back and let land in pieces under weak memory).
+  LLUnit loadUnit(const char* src, size_t cnt, bool multiply);
+  void storeUnit(char* dst, const LLUnit& u, size_t cnt) const { memcpy(dst, u.w, cnt * static_cast<size_t>(k_.es)); }
+  LLUnit combine(const LLUnit& a, const LLUnit& b) const;
+  LLUnit finish(const LLUnit& a) const;
+  void storeLines(char* at, const LLUnit& u, uint32_t flag);
+  LLLines loadLines(const char* at);
+
  private:
   void jitter();
   const KernelPipe& k_;
@@ -82,6 +100,9 @@ class PipePrims {
   uint64_t rng_;
   std::vector<char> scratch_, scaled_;
 };
+
+// One block of either kernel (the pipelined engine, or LL's), as thread `p` of it.
+void runBlock(const KernelPipe& k, PipePrims& p, PipeBlock& b, int ch);
 
 // Runs every block of the kernel at once, `threads` host threads each, and returns
 // when all have ended (the stream's thread calls it).

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "device/gpu.h"
+#include "device/kernel_ll.h"
 #include "verify/reference.h"
 #include "gpu/gpu_util.h"
 #include "harness/ranks.h"
@@ -348,13 +349,17 @@ float virtualWant(int coll, int n, int r, size_t i, size_t count, int op) {
 // operation replays it (the counts in device memory move the FIFOs along).
 std::string virtualRanks(int n, int coll, int algo, size_t count, int ops, bool graphs = false) {
   const int channels = 4, depth = 4, conns = algo == KernelPipe::kRing ? 1 : n;
-  const size_t slot = 64 << 10, part = 4096, regionBytes = part + KernelPipe::regionBytes(channels, conns, depth, slot);
+  const bool ll = algo == KernelPipe::kMeshLL;
+  const size_t slot = 64 << 10, part = 4096;
+  const size_t regionBytes =
+      part + (ll ? device::ll::regionBytes(channels, n) : KernelPipe::regionBytes(channels, conns, depth, slot));
+  const size_t stateWords = ll ? device::ll::stateWords(channels) : KernelPipe::stateWords(channels, conns);
   const size_t inCount = wideIn(coll) ? count * n : count, outCount = wideOut(coll) ? count * n : count;
   auto* words = static_cast<uint32_t*>(device::pinnedAlloc(8));
   words[0] = words[1] = 0;
   std::vector<std::unique_ptr<VirtualRank>> ranks;
   for (int r = 0; r < n; ++r)
-    ranks.push_back(std::make_unique<VirtualRank>(regionBytes, KernelPipe::stateWords(channels, conns) * 8,
+    ranks.push_back(std::make_unique<VirtualRank>(regionBytes, stateWords * 8,
                                                   inCount * sizeof(float), outCount * sizeof(float)));
   std::string err;
   std::vector<void*> graph(n, nullptr);
@@ -435,6 +440,12 @@ TEST(PipeKernel, VirtualRanksOnOneGpu) {
     if (err.empty()) err = virtualRanks(3, KC::kAllToAll, mesh, 30001, 2);
     if (err.empty()) err = virtualRanks(2, KC::kAllReduce, ring, 5000, 4, true);  // captured once, replayed
     if (err.empty()) err = virtualRanks(4, KC::kAllReduce, mesh, 300001, 3, true);
+    const int ll = KernelPipe::kMeshLL;  // the LL kernel: one unit, several rounds, tails
+    if (err.empty()) err = virtualRanks(4, KC::kAllReduce, ll, 1, 3);
+    if (err.empty()) err = virtualRanks(4, KC::kAllReduce, ll, 20011, 3);
+    if (err.empty()) err = virtualRanks(3, KC::kAllGather, ll, 3001, 3);
+    if (err.empty()) err = virtualRanks(4, KC::kReduceScatter, ll, 5003, 3);
+    if (err.empty()) err = virtualRanks(2, KC::kAllReduce, ll, 9001, 4, true);
     return err;
   }, 120);
   EXPECT_EQ(failures(results), "");

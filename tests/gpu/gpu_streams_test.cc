@@ -21,10 +21,10 @@
 namespace strata::test {
 namespace {
 
-// NCCL_PROTO=LL (a job tuned for NCCL) leaves out the device-driven kernels, whose one
-// protocol is Simple: the collectives still run, through host staging, exact, and
-// every rank says so once (a warning naming the variable and the kernels left out),
-// however many calls it makes.
+// NCCL_PROTO=LL (a job tuned for NCCL) leaves out the device-driven kernels for a
+// broadcast (their LL serves all-reduce, all-gather and reduce-scatter): it still runs,
+// through host staging, exact, and every rank says so once (a warning naming the
+// variable and the kernels left out), however many calls it makes.
 TEST(DeviceDrivenProtocols, AProtocolTheKernelsLackIsSaidOnce) {
   REQUIRE_GPUS(2);
   std::string dir = testing::TempDir() + "strata-proto-warn." + std::to_string(getpid());
@@ -36,13 +36,15 @@ TEST(DeviceDrivenProtocols, AProtocolTheKernelsLackIsSaidOnce) {
   auto results = runRanks(Mode::kProcesses, 2, [](int rank, int n, const ncclUniqueId& id) {
     return onOwnGpu(rank, n, id, [&](ncclComm_t comm, cudaStream_t s) -> std::string {
       const size_t count = 5003;
-      DeviceBuffer in(count * sizeof(float)), out(count * sizeof(float));
+      DeviceBuffer buf(count * sizeof(float));
       for (int round = 0; round < 3; ++round) {
-        uploadFloats(in.p, refInput(n, rank, count, round * count));
-        if (ncclAllReduce(in.p, out.p, count, ncclFloat32, ncclSum, comm, s) != ncclSuccess)
-          return std::string("all-reduce: ") + ncclGetLastError(comm);
+        int root = round % n;
+        std::vector<float> mine = refMoved(rank, count, round * count);
+        uploadFloats(buf.p, mine);
+        if (ncclBroadcast(buf.p, buf.p, count, ncclFloat32, root, comm, s) != ncclSuccess)
+          return std::string("broadcast: ") + ncclGetLastError(comm);
         device::streamSynchronize(s);
-        std::string e = compareFloats(downloadFloats(out.p, count), refSum(n, count, round * count),
+        std::string e = compareFloats(downloadFloats(buf.p, count), refMoved(root, count, round * count),
                                       "round " + std::to_string(round));
         if (!e.empty()) return e;
       }
@@ -58,11 +60,33 @@ TEST(DeviceDrivenProtocols, AProtocolTheKernelsLackIsSaidOnce) {
     int said = 0;
     for (const std::string& l : lines)
       if (l.find("NCCL_PROTO=LL leave out the device-driven kernels") != std::string::npos &&
-          l.find("AllReduce") != std::string::npos)
+          l.find("Broadcast") != std::string::npos)
         ++said;
     EXPECT_EQ(said, 1) << "a rank's warnings:\n" << testing::PrintToString(lines);
   }
   std::filesystem::remove_all(dir);
+}
+
+// NCCL_PROTO=LL128 leaves no path at all for device buffers (no kernel has LL128, nor
+// has any host algorithm): the call fails at once with ncclInvalidUsage naming it,
+// rather than returning and leaving the output unwritten.
+TEST(DeviceDrivenProtocols, AProtocolNothingHasFailsTheCall) {
+  REQUIRE_GPUS(2);
+  setenv("NCCL_PROTO", "LL128", 1);
+  reloadEnvironment();
+  auto results = runRanks(Mode::kThreads, 2, [](int rank, int n, const ncclUniqueId& id) {
+    return onOwnGpu(rank, n, id, [&](ncclComm_t comm, cudaStream_t s) -> std::string {
+      DeviceBuffer buf(1024 * sizeof(float));
+      ncclResult_t r = ncclAllReduce(buf.p, buf.p, 1024, ncclFloat32, ncclSum, comm, s);
+      std::string why = ncclGetLastError(comm);
+      if (r != ncclInvalidUsage) return "the all-reduce returned " + std::to_string(r) + ": " + why;
+      if (why.find("NCCL_PROTO=LL128") == std::string::npos) return "unclear error: " + why;
+      return std::string();
+    });
+  });
+  unsetenv("NCCL_PROTO");
+  reloadEnvironment();
+  EXPECT_EQ(failures(results), "");
 }
 
 // Stream order: the call returns before the stream has run it, and work enqueued

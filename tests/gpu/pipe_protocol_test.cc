@@ -2,9 +2,10 @@
 // with no GPU and no communicator: every collective on the ring and on the mesh,
 // ranks as threads, each block several threads with a real barrier, several
 // operations in a row on small slots (many messages per FIFO, counts carried from
-// one operation to the next), checked exactly against the reference data; and the
-// faults the protocol must not survive: a barrier left out, a flag raised before
-// its fence (weak memory), a poisoned region.
+// one operation to the next), checked exactly against the reference data; the mesh's
+// LL protocol (device/kernel_ll.h) likewise; and the faults the protocols must not
+// survive: a barrier left out, a flag raised before its fence (weak memory), an LL
+// unit taken on one line's flags.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -33,7 +34,8 @@ struct Case {
 
 std::string describe(const Case& c) {
   static const char* colls[] = {"AllReduce", "AllGather", "ReduceScatter", "Broadcast", "Reduce", "AlltoAll", "Gather", "Scatter"};
-  return std::string(colls[c.coll]) + (c.algo == KernelPipe::kRing ? " ring" : " mesh") + " n=" + std::to_string(c.n) +
+  static const char* algos[] = {" ring", " mesh", " mesh LL"};
+  return std::string(colls[c.coll]) + algos[c.algo] + " n=" + std::to_string(c.n) +
          " count=" + std::to_string(c.count) + " " + dtypeName(c.type) + " " + verify::opName(c.op) + " root " +
          std::to_string(c.root);
 }
@@ -76,7 +78,7 @@ double expected(const Case& c, int rank, size_t i, int op) {
 }
 
 struct Fault {
-  bool skipBarrier = false, relaxedFlag = false, weak = false, jitter = false;
+  bool skipBarrier = false, relaxedFlag = false, llOneFlag = false, weak = false, jitter = false;
 };
 
 // `ops` operations of `c`, ranks as threads; "" when every output is exact.
@@ -85,9 +87,11 @@ std::string run(const Case& c, int ops, const Fault& f = {}, int threads = 2) {
   const size_t slot = 4096, es = dtypeSize(c.type);
   const size_t inCount = wideIn(c.coll) ? c.count * c.n : c.count, outCount = wideOut(c.coll) ? c.count * c.n : c.count;
   const size_t part = 4096;  // the poison word's page first, as the algorithms lay regions out
-  size_t regionBytes = part + KernelPipe::regionBytes(channels, conns, depth, slot);
+  const bool ll = c.algo == KernelPipe::kMeshLL;
+  size_t regionBytes = part + (ll ? ll::regionBytes(channels, c.n) : KernelPipe::regionBytes(channels, conns, depth, slot));
   std::vector<std::vector<uint64_t>> regions(c.n, std::vector<uint64_t>(regionBytes / 8));
-  std::vector<std::vector<uint64_t>> state(c.n, std::vector<uint64_t>(KernelPipe::stateWords(channels, conns)));
+  std::vector<std::vector<uint64_t>> state(
+      c.n, std::vector<uint64_t>(ll ? ll::stateWords(channels) : KernelPipe::stateWords(channels, conns)));
   std::vector<std::vector<char>> in(c.n), out(c.n);
   uint32_t stop = 0;
   std::vector<uint32_t> error(c.n, 0);
@@ -130,6 +134,7 @@ std::string run(const Case& c, int ops, const Fault& f = {}, int threads = 2) {
         k.timeoutNs = 20000000000ull;
         k.skipBarrier = f.skipBarrier;
         k.relaxedFlag = f.relaxedFlag;
+        k.llOneFlag = f.llOneFlag;
         std::vector<std::unique_ptr<sim::PipeBlock>> blocks;
         for (int b = 0; b < channels; ++b) blocks.push_back(std::make_unique<sim::PipeBlock>(threads));
         std::vector<std::thread> running;
@@ -138,7 +143,7 @@ std::string run(const Case& c, int ops, const Fault& f = {}, int threads = 2) {
             running.emplace_back([&, b, t] {
               sim::PipePrims p(k, *blocks[b], t, f.jitter, f.weak);
               blocks[b]->barrier(0);
-              pipe::runBlock(k, p, blocks[b]->state(), b);
+              sim::runBlock(k, p, *blocks[b], b);
             });
         for (std::thread& t : running) t.join();
         for (auto& b : blocks) b->publish();
@@ -185,12 +190,31 @@ TEST(PipeProtocol, MeshCollectivesAreExact) {
     EXPECT_EQ(run(c, 3), "") << describe(c);
 }
 
+// LL: one-unit messages and many rounds (a round of a channel is 512 units: 2048
+// floats), odd counts and tails, every op kind and a 1-, 2- and 8-byte type.
+TEST(PipeProtocol, LLCollectivesAreExact) {
+  const int L = KernelPipe::kMeshLL;
+  for (const Case& c : {Case{K::kAllReduce, L, 2, 1}, Case{K::kAllReduce, L, 2, 20011}, Case{K::kAllReduce, L, 4, 7},
+                        Case{K::kAllReduce, L, 8, 40007, ncclBfloat16, TestOp::kAvg},
+                        Case{K::kAllReduce, L, 3, 5, ncclInt64, TestOp::kPreMulHost},
+                        Case{K::kAllReduce, L, 4, 9001, ncclInt8, TestOp::kMax},
+                        Case{K::kAllReduce, L, 3, 3001, ncclFloat16, TestOp::kProd},
+                        Case{K::kAllReduce, L, 4, 3001, ncclFloat32, TestOp::kPreMulDevice},
+                        Case{K::kAllGather, L, 3, 3001}, Case{K::kAllGather, L, 4, 1, ncclInt8},
+                        Case{K::kAllGather, L, 8, 5003, ncclFloat64},
+                        Case{K::kReduceScatter, L, 4, 3001, ncclFloat32, TestOp::kMin},
+                        Case{K::kReduceScatter, L, 2, 7001, ncclUint8}, Case{K::kReduceScatter, L, 5, 3, ncclFloat8e4m3}})
+    EXPECT_EQ(run(c, 3), "") << describe(c);
+}
+
 TEST(PipeProtocol, ExactUnderWeakMemoryAndJitter) {
   Fault harsh;
   harsh.weak = harsh.jitter = true;
   EXPECT_EQ(run({K::kAllReduce, KernelPipe::kRing, 4, 20011}, 2, harsh, 3), "");
   EXPECT_EQ(run({K::kAllReduce, KernelPipe::kMesh, 4, 20011}, 2, harsh, 3), "");
   EXPECT_EQ(run({K::kAllToAll, KernelPipe::kMesh, 3, 7001}, 2, harsh, 3), "");
+  EXPECT_EQ(run({K::kAllReduce, KernelPipe::kMeshLL, 4, 20011}, 3, harsh, 3), "");
+  EXPECT_EQ(run({K::kReduceScatter, KernelPipe::kMeshLL, 3, 3001, ncclBfloat16}, 3, harsh, 2), "");
 }
 
 // The faults the strict simulator must expose: each makes the same run wrong.
@@ -198,6 +222,14 @@ TEST(PipeProtocol, AMissingBarrierFails) {
   Fault f;
   f.skipBarrier = f.jitter = true;
   EXPECT_NE(run({K::kAllReduce, KernelPipe::kRing, 4, 40007}, 3, f, 4), "");
+}
+
+// An LL reader that trusts a unit once its first line arrived reads the second line's
+// previous use (weak memory lets the lines land in any order).
+TEST(PipeProtocol, AnLLUnitReadOnOneFlagFailsUnderWeakMemory) {
+  Fault f;
+  f.llOneFlag = f.weak = f.jitter = true;
+  EXPECT_NE(run({K::kAllReduce, KernelPipe::kMeshLL, 4, 20011}, 3, f, 2), "");
 }
 
 TEST(PipeProtocol, ARelaxedFlagFailsUnderWeakMemory) {
