@@ -1,11 +1,14 @@
 // The IB network through the public API, on the user-space verbs device: the
 // per-operation NET counters (NCCL_DEBUG_SUBSYS=NET) that show what each
-// operation cost on the wire, and which device each rank's rail picks
-// (sysfs and topology files of the tests' own).
+// operation cost on the wire, which device each rank's rail picks (sysfs and
+// topology files of the tests' own), and forks during transfers.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <cstdlib>
@@ -13,6 +16,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness/ranks.h"
@@ -72,6 +76,91 @@ TEST(IbCounters, SteadyAllReduceRegistersNothingAfterTheFirstOperation) {
       EXPECT_EQ(countOf(lines[it], "registrations"), 0);
       EXPECT_EQ(countOf(lines[it], "new registrations with the NIC"), 0);
     }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Children forked while transfers are in flight (DataLoader workers, subprocesses)
+// change nothing: ibv_fork_init ran before the first registration, so every registered
+// page is kept out of the children (MADV_DONTFORK), and the library's registered
+// buffers are pages of their own. The emulator models copy-on-write at its worst:
+// after a fork, an unprotected region's bytes are the NIC's snapshot, out of the
+// process's sight (without the protection the ranks' FIFOs go stale and they wait
+// until STRATA_TIMEOUT). All-reduces through the slots and one-sided puts, data unique
+// per rank, position and iteration.
+TEST(IbFork, ChildrenForkedDuringTransfersChangeNothing) {
+  std::string dir = scratchDir();
+  auto results = onFakeNodes(
+      2, dir,
+      [](int rank, int n, const ncclUniqueId& id) -> std::string {
+        ncclComm_t comm;
+        RANK_NCCL(ncclCommInitRank(&comm, n, id, rank));
+        std::atomic<bool> done{false};
+        std::atomic<int> forks{0};
+        std::thread forker([&] {
+          while (!done.load()) {
+            pid_t pid = fork();
+            if (pid == 0) _exit(0);  // a child that only exits
+            if (pid > 0) waitpid(pid, nullptr, 0), forks.fetch_add(1);
+            usleep(2000);
+          }
+        });
+        std::string err;
+        for (int it = 0; it < 12 && err.empty(); ++it) {
+          size_t count = it % 2 ? (3u << 20) / 8 + 5 : 1031;  // puts (3 MiB), and the slots
+          std::vector<int64_t> in(count), out(count, -1);
+          auto value = [&](int r, size_t i) {
+            return static_cast<int64_t>(r) * 1000003 + static_cast<int64_t>(i) * 7 + it * 100000007ll;
+          };
+          for (size_t i = 0; i < count; ++i) in[i] = value(rank, i);
+          ncclResult_t rc = ncclAllReduce(in.data(), out.data(), count, ncclInt64, ncclSum, comm, nullptr);
+          if (rc != ncclSuccess) err = ncclFailure("ncclAllReduce", rc);
+          for (size_t i = 0; i < count && err.empty(); ++i)
+            if (out[i] != value(0, i) + value(1, i))
+              err = "iteration " + std::to_string(it) + ": element " + std::to_string(i) + " of " +
+                    std::to_string(count) + " is " + std::to_string(out[i]) + ", expected " +
+                    std::to_string(value(0, i) + value(1, i));
+        }
+        done.store(true);
+        forker.join();
+        if (err.empty() && forks.load() == 0) err = "no child was forked";
+        void* emu = dlopen(STRATA_VERBS_EMU_PATH, RTLD_NOW | RTLD_NOLOAD);
+        auto safe = emu ? reinterpret_cast<int (*)()>(dlsym(emu, "strata_verbs_emu_fork_safe")) : nullptr;
+        if (err.empty() && (!safe || !safe())) err = "ibv_fork_init was not called";
+        ncclCommDestroy(comm);
+        return err;
+      },
+      [](int) { setenv("STRATA_TIMEOUT", "20", 1); });
+  EXPECT_EQ(failures(results), "");
+  std::filesystem::remove_all(dir);
+}
+
+// NCCL_IB_GID_INDEX naming an index the port has no address at (the emulator's ports
+// have two GIDs): the port is dropped with a warning that names it, the index and the
+// variable, and with NCCL_NET=IB init then fails naming the network, instead of the
+// NIC vanishing without a word.
+TEST(IbGid, AGidIndexWithNoAddressDropsThePortWithAWarning) {
+  std::string dir = scratchDir();
+  auto results = onFakeNodes(
+      2, dir,
+      [](int rank, int n, const ncclUniqueId& id) -> std::string {
+        ncclComm_t comm = nullptr;
+        ncclResult_t r = ncclCommInitRank(&comm, n, id, rank);
+        std::string why = ncclGetLastError(comm);
+        if (comm) ncclCommDestroy(comm);
+        if (r == ncclSuccess) return "init succeeded without a usable IB port";
+        if (why.find("IB") == std::string::npos) return "init failed without naming IB: " + why;
+        return std::string();
+      },
+      [](int) { setenv("NCCL_IB_GID_INDEX", "7", 1); });
+  EXPECT_EQ(failures(results), "");
+  std::vector<std::vector<std::string>> logs = rankLogs(dir);
+  EXPECT_EQ(logs.size(), 2u);
+  for (const auto& lines : logs) {
+    bool said = std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
+      return l.find("has no GID at index 7 (NCCL_IB_GID_INDEX=7): the port is not used") != std::string::npos;
+    });
+    EXPECT_TRUE(said) << testing::PrintToString(lines);
   }
   std::filesystem::remove_all(dir);
 }

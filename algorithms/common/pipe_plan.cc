@@ -82,8 +82,11 @@ void planPipe(PlanContext& ctx, const CollectiveOp& op, int algo) {
   k.n = l.nranks;
   k.root = op.root;
   bool ring = algo == KernelPipe::kRing, ll = algo == KernelPipe::kMeshLL;
+  STRATA_REQUIRE(!ll || llServes(op.coll), ncclInternalError, "rank %d: the LL kernel has no %s", l.rank,
+                 collectiveName(op.coll));
   k.channels = ll ? g.llChannels() : g.channels;
-  k.blocks = ll ? blocksFor(op.bytes, PipeGeometry::kLLChannelBytes, k.channels)
+  // LL: by what each rank sends each peer (one rank's piece), as its cost model counts.
+  k.blocks = ll ? blocksFor(op.count * device::dtypeSize(op.type), PipeGeometry::kLLChannelBytes, k.channels)
                 : blocksFor(op.bytes, PipeGeometry::kChannelBytes, k.channels);
   k.type = op.type;
   k.es = static_cast<int>(device::dtypeSize(op.type));

@@ -11,7 +11,8 @@ namespace {
 constexpr const char* kNames[kMutationCount] = {"",           "ring_chunk_shift", "reduce_scatter_rotate",
                                                 "slot_skip",  "gather_swap",      "alltoall_untransposed",
                                                 "kernel_relaxed_flag",            "tree_child_twice",
-                                                "kernel_skip_barrier",            "kernel_ll_one_flag"};
+                                                "kernel_skip_barrier",            "kernel_ll_one_flag",
+                                                "ib_no_fork_init"};
 
 Mutation parse(const std::string& name) {
   for (int m = 1; m < kMutationCount; ++m)

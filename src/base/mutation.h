@@ -20,11 +20,12 @@ enum class Mutation {
   kTreeChildTwice,         // a tree rank counts its first child's partial result twice
   kKernelSkipBarrier,      // a pipelined kernel posts a message without the block barrier after its data pass
   kKernelLLOneFlag,        // an LL reader trusts a unit once its first line's flags match
+  kIbNoForkInit,           // the IB network never calls ibv_fork_init: forks leave registered pages copy-on-write
 };
 
 // The names STRATA_MUTATION takes, in enum order (kNone is "").
 const char* mutationName(Mutation m);
-constexpr int kMutationCount = 10;
+constexpr int kMutationCount = 11;
 
 #ifdef STRATA_MUTATIONS
 constexpr bool kMutationsBuilt = true;

@@ -141,7 +141,7 @@ bool Executor::runAgain(Communicator& comm, const OpDesc& op) {
 void Executor::add(Communicator& comm, const OpDesc& op) {
   // Stream-ordered: the caller's stream of this communicator's operations (group.cc
   // gives each communicator one; stream 0 is the legacy stream).
-  void* stream = streamOrdered_ ? (op.stream ? op.stream : device::kLegacyStream) : deviceStream_;
+  void* stream = streamOrdered_ ? opStream(op) : deviceStream_;
   CommPlan& plan = planOf(comm, stream);  // every communicator of the group takes part, even with nothing to move
   if (!firstFn_) firstFn_ = op.fn;
   ++ops_;

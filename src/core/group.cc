@@ -78,9 +78,6 @@ void runHostOps(Ops ops) {
   ex.run();
 }
 
-// The stream an operation's kernels go to: the caller's, stream 0 being the legacy stream.
-void* opStream(const OpDesc& op) { return op.stream ? op.stream : device::kLegacyStream; }
-
 // Whether each operation's buffers are device memory, each pointer asked once (a
 // thread's list, kept between calls; empty without a GPU).
 struct OpMemory {

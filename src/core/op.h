@@ -56,6 +56,9 @@ size_t recvBytes(const OpDesc& op, int nranks);
 // Whether this rank reads its send buffer and writes its receive buffer.
 bool readsSendBuffer(const OpDesc& op, int rank);
 bool writesRecvBuffer(const OpDesc& op, int rank);
+// The stream an operation's kernels go to: the caller's, stream 0 being the legacy stream.
+void* opStream(const OpDesc& op);
+
 inline bool reduces(const OpDesc& op) { return op.kind == OpKind::kCollective && traits(op.coll).reducing; }
 
 }  // namespace strata::core

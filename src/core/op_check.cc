@@ -2,6 +2,7 @@
 
 #include "base/error.h"
 #include "device/dtypes.h"
+#include "device/gpu.h"
 
 namespace strata::core {
 
@@ -13,6 +14,8 @@ size_t sendBytes(const OpDesc& op, int nranks) {
   if (op.kind == OpKind::kRecv) return 0;
   return sendElements(opCollective(op), op.count, nranks) * device::dtypeSize(op.type);
 }
+
+void* opStream(const OpDesc& op) { return op.stream ? op.stream : device::kLegacyStream; }
 
 size_t recvBytes(const OpDesc& op, int nranks) {
   if (op.kind == OpKind::kSend) return 0;

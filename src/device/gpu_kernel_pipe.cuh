@@ -228,22 +228,23 @@ struct PipePrims : GpuSync {
   __device__ LLUnit finish(const LLUnit& a) const {
     return k.op.postDivide > 1 ? unit(Vec<T>::divide(bits(a), k.op.postDivide)) : a;
   }
-  __device__ void storeLines(char* at, const LLUnit& u, uint32_t f) const {
-    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(at), "r"(u.w[0]), "r"(f), "r"(u.w[1]), "r"(f)
+  __device__ void storeLines(char* first, char* second, const LLUnit& u, uint32_t f) const {
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(first), "r"(u.w[0]), "r"(f), "r"(u.w[1]),
+                 "r"(f)
                  : "memory");
-    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(at + 16), "r"(u.w[2]), "r"(f), "r"(u.w[3]),
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(second), "r"(u.w[2]), "r"(f), "r"(u.w[3]),
                  "r"(f)
                  : "memory");
   }
-  __device__ LLLines loadLines(const char* at) const {
+  __device__ LLLines loadLines(const char* first, const char* second) const {
     LLLines l;
     asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(l.v[0]), "=r"(l.v[1]), "=r"(l.v[2]), "=r"(l.v[3])
-                 : "l"(at)
+                 : "l"(first)
                  : "memory");
     asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(l.v[4]), "=r"(l.v[5]), "=r"(l.v[6]), "=r"(l.v[7])
-                 : "l"(at + 16)
+                 : "l"(second)
                  : "memory");
     return l;
   }

@@ -194,21 +194,23 @@ LLUnit PipePrims::finish(const LLUnit& a) const {
 }
 
 // Two 16-byte lines, {w0, f, w1, f} {w2, f, w3, f}: each 8-byte half one atomic store.
-void PipePrims::storeLines(char* at, const LLUnit& u, uint32_t flag) {
+void PipePrims::storeLines(char* first, char* second, const LLUnit& u, uint32_t flag) {
   jitter();
-  auto* word = reinterpret_cast<uint64_t*>(at);
+  uint64_t* word[4] = {reinterpret_cast<uint64_t*>(first), reinterpret_cast<uint64_t*>(first) + 1,
+                       reinterpret_cast<uint64_t*>(second), reinterpret_cast<uint64_t*>(second) + 1};
   for (int h = 0; h < 4; ++h) {
     uint64_t v = static_cast<uint64_t>(flag) << 32 | u.w[h];
-    if (!b_.holdWord(word + h, v)) __atomic_store_n(word + h, v, __ATOMIC_RELAXED);
+    if (!b_.holdWord(word[h], v)) __atomic_store_n(word[h], v, __ATOMIC_RELAXED);
   }
 }
 
-LLLines PipePrims::loadLines(const char* at) {
+LLLines PipePrims::loadLines(const char* first, const char* second) {
   b_.publishSomeWords();  // this thread waits: some of its block's stores land meanwhile
+  const uint64_t* word[4] = {reinterpret_cast<const uint64_t*>(first), reinterpret_cast<const uint64_t*>(first) + 1,
+                             reinterpret_cast<const uint64_t*>(second), reinterpret_cast<const uint64_t*>(second) + 1};
   LLLines l;
-  auto* word = reinterpret_cast<const uint64_t*>(at);
   for (int h = 0; h < 4; ++h) {
-    uint64_t v = __atomic_load_n(word + h, __ATOMIC_RELAXED);
+    uint64_t v = __atomic_load_n(word[h], __ATOMIC_RELAXED);
     l.v[2 * h] = static_cast<uint32_t>(v);
     l.v[2 * h + 1] = static_cast<uint32_t>(v >> 32);
   }

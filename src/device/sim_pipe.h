@@ -88,8 +88,8 @@ class PipePrims {
   void storeUnit(char* dst, const LLUnit& u, size_t cnt) const { memcpy(dst, u.w, cnt * static_cast<size_t>(k_.es)); }
   LLUnit combine(const LLUnit& a, const LLUnit& b) const;
   LLUnit finish(const LLUnit& a) const;
-  void storeLines(char* at, const LLUnit& u, uint32_t flag);
-  LLLines loadLines(const char* at);
+  void storeLines(char* first, char* second, const LLUnit& u, uint32_t flag);
+  LLLines loadLines(const char* first, const char* second);
 
  private:
   void jitter();

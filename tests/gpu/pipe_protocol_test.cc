@@ -109,7 +109,8 @@ std::string run(const Case& c, int ops, const Fault& f = {}, int threads = 2) {
         k.rank = r;
         k.n = c.n;
         k.root = c.root;
-        k.channels = k.blocks = channels;
+        k.channels = channels;
+        k.blocks = op % 2 ? 1 : channels;  // as a small operation between large ones: the other channels' counts wait
         k.part = part;
         k.type = c.type;
         k.es = static_cast<int>(es);
@@ -136,9 +137,9 @@ std::string run(const Case& c, int ops, const Fault& f = {}, int threads = 2) {
         k.relaxedFlag = f.relaxedFlag;
         k.llOneFlag = f.llOneFlag;
         std::vector<std::unique_ptr<sim::PipeBlock>> blocks;
-        for (int b = 0; b < channels; ++b) blocks.push_back(std::make_unique<sim::PipeBlock>(threads));
+        for (int b = 0; b < k.blocks; ++b) blocks.push_back(std::make_unique<sim::PipeBlock>(threads));
         std::vector<std::thread> running;
-        for (int b = 0; b < channels; ++b)
+        for (int b = 0; b < k.blocks; ++b)
           for (int t = 0; t < threads; ++t)
             running.emplace_back([&, b, t] {
               sim::PipePrims p(k, *blocks[b], t, f.jitter, f.weak);

@@ -42,9 +42,18 @@ struct Mr {
   char* host = nullptr;
   void* mapping = nullptr;
   size_t mapped = 0;
+  // Registered after ibv_fork_init: MADV_DONTFORK, so a fork leaves its pages alone.
+  bool dontFork = false;
+  // Copy-on-write after a fork without that (kernels before 5.13): the pages the NIC
+  // goes on with once the parent writes its own copies. Modelled at its worst, as if
+  // the parent wrote every page while a child shared it: from the fork on, the NIC
+  // reads and writes this snapshot and the process never sees what lands.
+  std::vector<char> orphaned;
   // Where the bytes at address `a` of this region are, for the emulated DMA.
   char* at(uint64_t a) const {
-    return host ? host + (a - reinterpret_cast<uint64_t>(mr.addr)) : reinterpret_cast<char*>(a);
+    uint64_t off = a - reinterpret_cast<uint64_t>(mr.addr);
+    if (!orphaned.empty()) return const_cast<char*>(orphaned.data()) + off;
+    return host ? host + off : reinterpret_cast<char*>(a);
   }
 };
 
@@ -120,6 +129,7 @@ struct State {
   uint16_t port = 0;     // host order
   int wakeFd[2] = {-1, -1};
   bool nicStarted = false;
+  bool forkSafe = false;  // ibv_fork_init was called
 };
 
 constexpr uint32_t kRkeyBit = 0x00800000;

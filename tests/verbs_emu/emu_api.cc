@@ -313,6 +313,7 @@ __attribute__((visibility("default"))) ibv_mr*(ibv_reg_mr)(ibv_pd* pd, void* add
   m->mr.length = len;
   m->mr.lkey = state().nextKey++;
   m->mr.rkey = m->mr.lkey ^ kRkeyBit;
+  m->dontFork = state().forkSafe;
   m->access = access;
   state().mrs[m->mr.lkey] = m;
   return &m->mr;
@@ -458,7 +459,20 @@ __attribute__((visibility("default"))) int ibv_destroy_qp(ibv_qp* qp) {
   return 0;
 }
 
-__attribute__((visibility("default"))) int ibv_fork_init() { return 0; }
+// As libibverbs: fork protection for every later registration; an error once memory
+// is registered (those regions would stay unprotected).
+__attribute__((visibility("default"))) int ibv_fork_init() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  if (!state().mrs.empty() && !state().forkSafe) return EINVAL;
+  state().forkSafe = true;
+  return 0;
+}
+
+// Tests: whether ibv_fork_init was called in this process.
+__attribute__((visibility("default"))) int strata_verbs_emu_fork_safe() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  return state().forkSafe;
+}
 
 // Tests' fault injection (not libibverbs API): every queue pair of this process
 // goes to the error state, as after a fatal local error; returns how many.

@@ -359,7 +359,17 @@ namespace {
 // has none on hardware), a NIC of its own, a new listener (hence new GIDs). The
 // contexts and protection domains it inherited stay usable.
 void forkPrepare() { state().mu.lock(); }
-void forkParent() { state().mu.unlock(); }
+// The parent's registered pages without fork protection are copy-on-write from now
+// on: the NIC keeps the pages as they were (Mr::orphaned).
+void forkParent() {
+  for (auto& kv : state().mrs) {
+    Mr* m = kv.second;
+    if (m->dontFork || m->host || !m->orphaned.empty() || m->mr.length == 0) continue;
+    const char* at = static_cast<const char*>(m->mr.addr);
+    m->orphaned.assign(at, at + m->mr.length);
+  }
+  state().mu.unlock();
+}
 void forkChild() {
   State& s = state();
   bool started = s.nicStarted;

@@ -39,6 +39,7 @@ static_assert(sizeof(FifoEntry) == 32, "FIFO entries are 32 bytes");
 struct FifoBlock {
   FifoEntry entries[kDepth][kMaxRecvs];
   uint32_t sizes[kDepth][kMaxRecvs];
+  uint32_t flushWord;  // the receiver's: where its GPUDirect flushes' reads land
 };
 
 // What each end tells the other over TCP.

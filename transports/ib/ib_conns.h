@@ -17,6 +17,7 @@
 
 #include "base/clock.h"
 #include "base/error.h"
+#include "base/page_buffer.h"
 #include "transports/ib/ib_comm.h"
 #include "transports/net/network.h"
 
@@ -52,18 +53,17 @@ struct Request {
 inline int requestIndex(int slot, int entry) { return slot * kMaxRecvs + entry; }
 
 // FIFO memory for one end, registered on `pd` (the receiver's for remote writes too).
+// Pages of its own (base/page_buffer.h), zeroed; freed with freeFifo.
 inline FifoBlock* newFifo(ibv_pd* pd, ibv_mr** mr) {
-  size_t bytes = (sizeof(FifoBlock) + 4095) & ~size_t(4095);
-  auto* f = static_cast<FifoBlock*>(aligned_alloc(4096, bytes));
-  STRATA_REQUIRE(f, ncclSystemError, "IB: no memory for a connection's FIFO");
-  memset(f, 0, bytes);
-  *mr = verbs()->regMr(pd, f, bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  auto* f = static_cast<FifoBlock*>(allocPages(sizeof(FifoBlock)));
+  *mr = verbs()->regMr(pd, f, sizeof(FifoBlock), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (!*mr) {
-    free(f);
+    freePages(f, sizeof(FifoBlock));
     fail(ncclSystemError, "IB: registering a FIFO failed: %s", strerror(errno));
   }
   return f;
 }
+inline void freeFifo(FifoBlock* f) { freePages(f, sizeof(FifoBlock)); }
 
 struct Comm {
   QpSet q;
@@ -176,7 +176,7 @@ struct SendComm final : Comm {
   ~SendComm() override {
     q.destroy();
     if (fifoMr) verbs()->deregMr(fifoMr);
-    free(fifo);
+    freeFifo(fifo);
   }
 };
 
@@ -190,8 +190,7 @@ struct RecvComm final : Comm {
   // buffer that received data, so that the NIC's earlier writes to it are done (as
   // NCCL does); made at the first flush.
   QpSet flushQp;
-  ibv_mr* flushMr = nullptr;
-  uint32_t flushWord = 0;
+  ibv_mr* flushMr = nullptr;  // FifoBlock::flushWord of `local` (pages of its own, not this object's heap page)
   Request flushReq;
   std::string flushError;  // a flush's own failure (the data it follows has arrived whatever else failed)
   ~RecvComm() override {
@@ -199,7 +198,7 @@ struct RecvComm final : Comm {
     flushQp.destroy();
     if (flushMr) verbs()->deregMr(flushMr);
     if (localMr) verbs()->deregMr(localMr);
-    free(local);
+    freeFifo(local);
   }
   void pollFlush() {
     ibv_wc wc{};

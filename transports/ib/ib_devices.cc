@@ -112,7 +112,13 @@ void openDevice(const Verbs& v, ibv_device* dev, const HcaFilter& filter, std::v
     port.attr = pa;
     port.roce = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
     port.gidIndex = chooseGidIndex(v, ctx, name, p, pa);
-    if (v.queryGid(ctx, static_cast<uint8_t>(p), port.gidIndex, &port.gid) != 0) continue;
+    if (v.queryGid(ctx, static_cast<uint8_t>(p), port.gidIndex, &port.gid) != 0 || (port.roce && zeroGid(port.gid))) {
+      // Said, not silent: a job whose NCCL_IB_GID_INDEX names no address would otherwise
+      // lose its NICs without a word and run over TCP, or fail as having no IB.
+      STRATA_WARN(-1, "IB: %s:%d has no GID at index %d%s: the port is not used", name.c_str(), p, port.gidIndex,
+                  config().ibGidIndex >= 0 ? format(" (NCCL_IB_GID_INDEX=%d)", config().ibGidIndex).c_str() : "");
+      continue;
+    }
     port.rateMbps = portRateMbps(pa.active_speed, pa.active_width);
     if (port.rateMbps == 0) {
       port.rateMbps = sysfsRateMbps(dev->ibdev_path, p);
@@ -142,6 +148,13 @@ std::vector<Port> discover() {
   if (!v) {
     STRATA_INFO(kSubsysNet, -1, "IB: no verbs library (%s)", why.c_str());
     return out;
+  }
+  if (v->forkInit == 0) {
+    STRATA_INFO(kSubsysNet, -1, "IB: fork protection on (ibv_fork_init): registered pages stay out of forked children");
+  } else {
+    STRATA_WARN(-1, "IB: %s; a fork() (a DataLoader worker, a subprocess) may then corrupt RDMA buffers on kernels "
+                "before 5.13", v->forkInit < 0 ? "no fork protection (ibv_fork_init not called)"
+                                               : format("ibv_fork_init failed: %s", strerror(v->forkInit)).c_str());
   }
   int n = 0;
   ibv_device** list = v->getDeviceList(&n);

@@ -190,7 +190,7 @@ class IbNetwork final : public net::Network {
     }
     if (c->flushReq.pending) return false;  // one flush at a time per connection
     if (!c->flushMr) openFlush(c);
-    ibv_sge sge{reinterpret_cast<uint64_t>(&c->flushWord), 1, c->flushMr->lkey};  // one byte: any receive has it
+    ibv_sge sge{reinterpret_cast<uint64_t>(&c->local->flushWord), 1, c->flushMr->lkey};  // one byte: any receive has it
     ibv_send_wr wr{};
     wr.wr_id = kFlushTag;
     wr.sg_list = &sge;
@@ -389,7 +389,7 @@ class IbNetwork final : public net::Network {
     c->flushQp.describe(&self);
     fillIdentity(&self);
     c->flushQp.connectTo(self);
-    c->flushMr = verbs()->regMr(c->q.port->pd, &c->flushWord, sizeof(c->flushWord), IBV_ACCESS_LOCAL_WRITE);
+    c->flushMr = verbs()->regMr(c->q.port->pd, &c->local->flushWord, sizeof(uint32_t), IBV_ACCESS_LOCAL_WRITE);
     if (!c->flushMr) fail(ncclSystemError, "IB: registering the flush word failed: %s", strerror(errno));
   }
   // Once the TCP connect is up: the queue pairs, the FIFO and this end's info; false while connecting.

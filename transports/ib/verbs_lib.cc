@@ -6,6 +6,7 @@
 
 #include "base/config.h"
 #include "base/error.h"
+#include "base/mutation.h"
 
 namespace strata::transport::ib {
 namespace {
@@ -61,6 +62,11 @@ Loaded load() {
     return l;
   }
   v.file = file;
+  // Fork protection: without it a fork() (a DataLoader worker, a subprocess) turns the
+  // registered pages copy-on-write on kernels before 5.13, and the NIC goes on with the
+  // pages the parent no longer uses. With it every registration is MADV_DONTFORK.
+  int (*forkInit)() = nullptr;
+  if (bind(lib, "ibv_fork_init", &forkInit, &optional) && !mutated(Mutation::kIbNoForkInit)) v.forkInit = forkInit();
   l.ok = true;  // stays loaded for the life of the process
   return l;
 }

@@ -35,6 +35,10 @@ struct Verbs {
   int (*destroyQp)(ibv_qp*);
   const char* (*wcStatusStr)(ibv_wc_status);
   std::string file;  // the library loaded
+  // ibv_fork_init's result, called once as the library loads (before any registration,
+  // as NCCL's ncclIbInit does): 0, the error it returned, or -1 when not called (the
+  // library lacks it, or the mutation stage left it out).
+  int forkInit = -1;
 };
 
 // The loaded library, or null (with the reason in *why) when it cannot be loaded

@@ -15,6 +15,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/page_buffer.h"
 #include "device/gpu.h"
 #include "transports/net/nccl_net.h"
 #include "transports/net/net_transport.h"
@@ -150,7 +151,7 @@ class NetConnection {
   int dev_ = 0;
   size_t slotBytes_;
   int slots_;
-  std::vector<char> memory_;
+  PageBuffer memory_;  // the slots: pages of their own (fork protection covers nothing else)
   std::vector<size_t> sizes_;
   std::vector<void*> requests_;
   void* mh_ = nullptr;
