@@ -468,6 +468,12 @@ __attribute__((visibility("default"))) int ibv_fork_init() {
   return 0;
 }
 
+// As a kernel before 5.13 answers: protection is needed, and on once ibv_fork_init ran.
+__attribute__((visibility("default"))) ibv_fork_status ibv_is_fork_initialized() {
+  std::lock_guard<std::mutex> lock(state().mu);
+  return state().forkSafe ? IBV_FORK_ENABLED : IBV_FORK_DISABLED;
+}
+
 // Tests: whether ibv_fork_init was called in this process.
 __attribute__((visibility("default"))) int strata_verbs_emu_fork_safe() {
   std::lock_guard<std::mutex> lock(state().mu);

@@ -64,6 +64,26 @@ std::string pciPathOf(ibv_device* dev) {
   return path;
 }
 
+// What ibv_fork_init did, once per process (discovery runs once).
+void logForkProtection(const Verbs& v) {
+  if (v.forkInit == 0 && v.forkStatus == IBV_FORK_UNNEEDED) {
+    STRATA_INFO(kSubsysNet, -1, "IB: fork protection not needed: the kernel copies registered pages into forked "
+                                "children (5.13 or later)");
+  } else if (v.forkInit == 0) {
+    STRATA_INFO(kSubsysNet, -1, "IB: fork protection on (ibv_fork_init): registered pages are left out of forked "
+                                "children (MADV_DONTFORK)");
+  } else if (v.forkInit > 0) {
+    STRATA_WARN(-1, "IB: ibv_fork_init failed: %s%s; a fork() (a DataLoader worker, a subprocess) may then corrupt "
+                "RDMA buffers on kernels before 5.13", strerror(v.forkInit),
+                v.forkInit == EINVAL ? " (another user of libibverbs in this process registered memory or made "
+                                       "queues first; RDMAV_FORK_SAFE=1 makes libibverbs protect from its first call)"
+                                     : "");
+  } else {
+    STRATA_WARN(-1, "IB: no fork protection (%s has no ibv_fork_init); a fork() (a DataLoader worker, a "
+                "subprocess) may then corrupt RDMA buffers on kernels before 5.13", v.file.c_str());
+  }
+}
+
 // Opens one device's selected active ports; appends them to `out`.
 void openDevice(const Verbs& v, ibv_device* dev, const HcaFilter& filter, std::vector<Port>* out) {
   std::string name = v.getDeviceName(dev);
@@ -116,7 +136,8 @@ void openDevice(const Verbs& v, ibv_device* dev, const HcaFilter& filter, std::v
       // Said, not silent: a job whose NCCL_IB_GID_INDEX names no address would otherwise
       // lose its NICs without a word and run over TCP, or fail as having no IB.
       STRATA_WARN(-1, "IB: %s:%d has no GID at index %d%s: the port is not used", name.c_str(), p, port.gidIndex,
-                  config().ibGidIndex >= 0 ? format(" (NCCL_IB_GID_INDEX=%d)", config().ibGidIndex).c_str() : "");
+                  port.roce && config().ibGidIndex >= 0 ? format(" (NCCL_IB_GID_INDEX=%d)", config().ibGidIndex).c_str()
+                                                         : "");
       continue;
     }
     port.rateMbps = portRateMbps(pa.active_speed, pa.active_width);
@@ -149,13 +170,7 @@ std::vector<Port> discover() {
     STRATA_INFO(kSubsysNet, -1, "IB: no verbs library (%s)", why.c_str());
     return out;
   }
-  if (v->forkInit == 0) {
-    STRATA_INFO(kSubsysNet, -1, "IB: fork protection on (ibv_fork_init): registered pages stay out of forked children");
-  } else {
-    STRATA_WARN(-1, "IB: %s; a fork() (a DataLoader worker, a subprocess) may then corrupt RDMA buffers on kernels "
-                "before 5.13", v->forkInit < 0 ? "no fork protection (ibv_fork_init not called)"
-                                               : format("ibv_fork_init failed: %s", strerror(v->forkInit)).c_str());
-  }
+  logForkProtection(*v);
   int n = 0;
   ibv_device** list = v->getDeviceList(&n);
   if (!list) {

@@ -67,6 +67,8 @@ Loaded load() {
   // pages the parent no longer uses. With it every registration is MADV_DONTFORK.
   int (*forkInit)() = nullptr;
   if (bind(lib, "ibv_fork_init", &forkInit, &optional) && !mutated(Mutation::kIbNoForkInit)) v.forkInit = forkInit();
+  int (*forkStatus)() = nullptr;  // rdma-core 35+: UNNEEDED where the kernel copies pinned pages (5.13+)
+  if (bind(lib, "ibv_is_fork_initialized", &forkStatus, &optional)) v.forkStatus = forkStatus();
   l.ok = true;  // stays loaded for the life of the process
   return l;
 }

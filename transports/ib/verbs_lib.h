@@ -39,6 +39,7 @@ struct Verbs {
   // as NCCL's ncclIbInit does): 0, the error it returned, or -1 when not called (the
   // library lacks it, or the mutation stage left it out).
   int forkInit = -1;
+  int forkStatus = -1;  // ibv_is_fork_initialized's answer after that (IBV_FORK_*), -1 if the library lacks it
 };
 
 // The loaded library, or null (with the reason in *why) when it cannot be loaded
