@@ -64,21 +64,22 @@ bool PipeBlock::holdWord(uint64_t* dst, uint64_t v) {
   return true;
 }
 
-void PipeBlock::publishSomeWords() {
-  if (!weak_) return;
-  std::lock_guard<std::mutex> lock(heldMutex_);
+void PipeBlock::landWords(size_t keep) {
   for (size_t i = heldWords_.size(); i > 1; --i) std::swap(heldWords_[i - 1], heldWords_[xorshift(&rng_) % i]);
-  size_t keep = heldWords_.empty() ? 0 : xorshift(&rng_) % (heldWords_.size() + 1);
   for (size_t i = keep; i < heldWords_.size(); ++i)
     __atomic_store_n(heldWords_[i].first, heldWords_[i].second, __ATOMIC_RELAXED);
   heldWords_.resize(keep);
 }
 
+void PipeBlock::publishSomeWords() {
+  if (!weak_) return;
+  std::lock_guard<std::mutex> lock(heldMutex_);
+  landWords(heldWords_.empty() ? 0 : xorshift(&rng_) % (heldWords_.size() + 1));
+}
+
 void PipeBlock::publish() {
   std::lock_guard<std::mutex> lock(heldMutex_);
-  for (size_t i = heldWords_.size(); i > 1; --i) std::swap(heldWords_[i - 1], heldWords_[xorshift(&rng_) % i]);
-  for (auto& [dst, v] : heldWords_) __atomic_store_n(dst, v, __ATOMIC_RELAXED);
-  heldWords_.clear();
+  landWords(0);
   std::vector<std::pair<char*, const char*>> pieces;
   std::vector<size_t> sizes;
   for (auto& h : held_)

@@ -55,6 +55,8 @@ class PipeBlock {
   std::mutex heldMutex_;
   std::vector<std::unique_ptr<Held>> held_;
   std::vector<std::pair<uint64_t*, uint64_t>> heldWords_;
+  // Under heldMutex_: the held LL words, shuffled, all but `keep` of them stored.
+  void landWords(size_t keep);
   uint64_t rng_ = 0x9e3779b97f4a7c15ull;
 
   friend class PipePrims;
