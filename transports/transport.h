@@ -201,7 +201,8 @@ class RegionProvider {
 struct Activity {
   uint64_t messages = 0, bytes = 0;    // through the slots
   uint64_t puts = 0, putBytes = 0;     // one-sided, from the caller's buffer into the peer's
-  uint64_t registrations = 0;          // buffers registered with the network for an operation
+  uint64_t bounceBytes = 0;            // of puts, copied through the library's registered buffers (either end)
+  uint64_t registrations = 0;          // buffers registered with the network (for an operation, or kept)
   // The network's own, where it counts them (IB): RDMA writes of data and of FIFO
   // entries, and registrations new with the NIC versus found in its cache.
   bool wire = false;

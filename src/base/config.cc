@@ -198,6 +198,13 @@ Config Config::parse(const std::function<const char*(const char*)>& lookup) {
   p.str("NCCL_IB_HCA", &c.ibHca);
   p.integer("NCCL_IB_GID_INDEX", &c.ibGidIndex, -1, 1 << 16);
   p.integer("NCCL_IB_ROCE_VERSION_NUM", &c.ibRoceVersion, 1, 2);
+  p.str("NCCL_IB_ADDR_FAMILY", &c.ibAddrFamily);
+  if (c.ibAddrFamily != "AF_INET" && c.ibAddrFamily != "AF_INET6") {
+    c.warnings.push_back(format("NCCL_IB_ADDR_FAMILY=%s is neither AF_INET nor AF_INET6; using AF_INET",
+                                c.ibAddrFamily.c_str()));
+    c.ibAddrFamily = "AF_INET";
+  }
+  p.str("NCCL_IB_ADDR_RANGE", &c.ibAddrRange);
   p.integer("NCCL_IB_TC", &c.ibTc, 0, 255);
   p.integer("NCCL_IB_SL", &c.ibSl, 0, 15);
   p.integer("NCCL_IB_TIMEOUT", &c.ibTimeout, 1, 31);

@@ -21,11 +21,12 @@ enum class Mutation {
   kKernelSkipBarrier,      // a pipelined kernel posts a message without the block barrier after its data pass
   kKernelLLOneFlag,        // an LL reader trusts a unit once its first line's flags match
   kIbNoForkInit,           // the IB network never calls ibv_fork_init: forks leave registered pages copy-on-write
+  kNetBounceShift,         // a put received through the library's registered buffer is copied out one byte further on
 };
 
 // The names STRATA_MUTATION takes, in enum order (kNone is "").
 const char* mutationName(Mutation m);
-constexpr int kMutationCount = 11;
+constexpr int kMutationCount = 12;
 
 #ifdef STRATA_MUTATIONS
 constexpr bool kMutationsBuilt = true;

@@ -13,6 +13,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -166,31 +168,6 @@ TEST(IbDevices, RelaxedOrderingWhereTheLibraryOffersIt) {
   EXPECT_NE(access(mr->lkey) & IBV_ACCESS_RELAXED_ORDERING, 0);
   EXPECT_NE(access(mr->lkey) & IBV_ACCESS_REMOTE_WRITE, 0);
   ps[0].mrs->release(mr);
-}
-
-// Where rdma-core has no ibv_query_gid_ex (before v34), the GID types come from sysfs,
-// as NCCL reads them: the RoCE v2 GID is chosen over the v1 one before it, and with
-// no type to read (no such tree) the index is 0, as before.
-TEST(IbDevices, GidTypesFromSysfsWithoutQueryGidEx) {
-  const std::vector<Port>& ps = ports();
-  ASSERT_FALSE(ps.empty()) << "no IB port over " << config().ibverbsLib;
-  const Verbs* v = verbs();
-  ASSERT_NE(v, nullptr);
-  Verbs old = *v;
-  old.queryGidEx = nullptr;
-  char root[] = "/tmp/strata-sysfs-XXXXXX";
-  ASSERT_NE(mkdtemp(root), nullptr);
-  std::string types = std::string(root) + "/class/infiniband/" + ps[0].device + "/ports/1/gid_attrs/types";
-  EXPECT_EQ(chooseGidIndex(old, ps[0].ctx, ps[0].device, 1, ps[0].attr, root), 0);  // nothing to read
-  std::filesystem::create_directories(types);
-  std::ofstream(types + "/0") << "IB/RoCE v1\n";
-  std::ofstream(types + "/1") << "RoCE v2\n";
-  EXPECT_EQ(gidTypeFromSysfs(root, ps[0].device, 1, 0), IBV_GID_TYPE_ROCE_V1);
-  EXPECT_EQ(gidTypeFromSysfs(root, ps[0].device, 1, 1), IBV_GID_TYPE_ROCE_V2);
-  EXPECT_EQ(gidTypeFromSysfs(root, ps[0].device, 1, 2), -1);
-  EXPECT_EQ(chooseGidIndex(old, ps[0].ctx, ps[0].device, 1, ps[0].attr, root), 1);
-  EXPECT_EQ(chooseGidIndex(*v, ps[0].ctx, ps[0].device, 1, ps[0].attr, root), 1);  // ibv_query_gid_ex agrees
-  std::filesystem::remove_all(root);
 }
 
 TEST(IbNetwork, OverTheEmulatorMessagesLandInTheReceiversBufferAndNothingRegistersInTheLoop) {
@@ -467,6 +444,7 @@ TEST(IbPuts, OneRdmaWriteEachAndNothingRegisteredForUserRegisteredBuffers) {
   srcReg->persist();
   Counters before = counters();
   EXPECT_EQ(l.loop(src, dst, *dstReg, 20), 0u);
+  EXPECT_EQ(l.t.activity().bounceBytes, 0u) << "registered memory moves in place, not through the pool";
   Counters after = counters();
   EXPECT_EQ(after.dataWrites - before.dataWrites, 21 * writesFor(4 << 20));  // one RDMA write per put (per max_msg_sz)
   EXPECT_EQ(after.bytesSent - before.bytesSent, 21u * (4u << 20));
@@ -475,11 +453,109 @@ TEST(IbPuts, OneRdmaWriteEachAndNothingRegisteredForUserRegisteredBuffers) {
   EXPECT_THROW(l.in->puts()->tryOffer(dst.data(), 16, *dstReg, Transfer::kChained), Error);
 }
 
-TEST(IbPuts, UnregisteredBuffersRegisterForEachPut) {
+// Memory nobody registered goes through each end's registered buffers: after the
+// first put (which makes them) nothing is registered, and the data arrives exact.
+TEST(IbPuts, UnregisteredBuffersGoThroughTheLibrarysRegisteredBuffers) {
   PutLink l;
   std::vector<uint32_t> src(1 << 16), dst(1 << 16);
-  auto dstReg = l.t.registerMemory(dst.data(), dst.size() * 4);  // not persisted: a cached range, no pin
-  EXPECT_EQ(l.loop(src, dst, *dstReg, 5), 10u);  // both ends, each put: nothing outlives the operation
+  auto dstReg = l.t.registerMemory(dst.data(), dst.size() * 4);  // not persisted
+  EXPECT_EQ(l.loop(src, dst, *dstReg, 5), 0u);
+}
+
+// Bytes the ports' registration caches hold now.
+size_t pinnedBytes() {
+  std::set<MrCache*> seen;
+  size_t n = 0;
+  for (const Port& p : ports())
+    if (seen.insert(p.mrs.get()).second) n += p.mrs->counters().bytes;
+  return n;
+}
+
+// Offers of memory nobody registered, several outstanding at once (independent
+// receives, posted together): more than the pool has buffers register their own
+// memory; a larger offer while smaller ones are outstanding makes a new region
+// and the old goes once its buffers come back. Every put lands exact, a second
+// round of the same sizes registers nothing, and once the link is gone nothing
+// stays registered.
+TEST(IbPuts, APoolFullOrTooSmallForAnOfferFallsBackAndGrows) {
+  size_t before = pinnedBytes();
+  {
+    PutLink l;
+    const std::vector<size_t> sizes = {64 << 10, (3u << 20) + 4, 64 << 10, (3u << 20) + 8, (3u << 20) + 12,
+                                       (3u << 20) + 16, 100, (1u << 20) + 20};
+    std::vector<std::vector<uint8_t>> src(sizes.size()), dst(sizes.size());
+    for (size_t k = 0; k < sizes.size(); ++k) src[k].resize(sizes[k]), dst[k].resize(sizes[k]);
+    for (int round = 0; round < 2; ++round) {
+      uint64_t regs = counters().registrations;
+      std::vector<std::shared_ptr<Registration>> reg;
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        for (size_t i = 0; i < sizes[k]; ++i) src[k][i] = static_cast<uint8_t>(i * 13 + k * 7 + round);
+        std::fill(dst[k].begin(), dst[k].end(), 0);
+        reg.push_back(l.t.registerMemory(dst[k].data(), sizes[k]));
+      }
+      for (size_t k = 0; k < sizes.size(); ++k)
+        ASSERT_TRUE(l.within([&] {
+          return l.in->puts()->tryOffer(dst[k].data(), sizes[k], *reg[k], Transfer::kIndependent);
+        })) << "offer " << k;
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        ASSERT_TRUE(l.within([&] { return l.out->puts()->putsComplete(); }));
+        ASSERT_TRUE(l.within([&] { return l.out->puts()->tryPut(src[k].data(), sizes[k]); })) << "put " << k;
+      }
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        size_t got = 0;
+        ASSERT_TRUE(l.within([&] { return l.in->puts()->tryPutDone(&got); })) << "put " << k;
+        ASSERT_EQ(got, sizes[k]);
+        for (size_t i = 0; i < sizes[k]; ++i)
+          ASSERT_EQ(dst[k][i], static_cast<uint8_t>(i * 13 + k * 7 + round)) << "round " << round << " put " << k
+                                                                               << " byte " << i;
+      }
+      ASSERT_TRUE(l.within([&] { return l.out->puts()->putsComplete(); }));
+      if (round == 1) {
+        EXPECT_GT(counters().registrations - regs, 0u) << "8 outstanding offers, 2 buffers of 4 MiB";
+      }
+    }
+    EXPECT_GT(l.t.activity().bounceBytes, 0u);
+  }
+  EXPECT_EQ(pinnedBytes(), before) << "a registration outlived the link";
+}
+
+// One offer at a time, sizes growing then shrinking: the pool grows to the largest
+// and then serves every size; a second round registers nothing.
+TEST(IbPuts, AGrownPoolServesEverySizeAfterwards) {
+  size_t before = pinnedBytes();
+  {
+    PutLink l;
+    const std::vector<size_t> sizes = {1000, 64 << 10, (64 << 10) + 1, 1 << 20, 3000, (2u << 20) - 5, 17};
+    std::vector<uint8_t> src(2u << 20), dst(2u << 20);
+    auto reg = l.t.registerMemory(dst.data(), dst.size());
+    for (int round = 0; round < 2; ++round) {
+      uint64_t regs = counters().registrations;
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        for (size_t i = 0; i < sizes[k]; ++i) src[i] = static_cast<uint8_t>(i * 5 + k + round * 3);
+        ASSERT_TRUE(l.within([&] { return l.in->puts()->tryOffer(dst.data(), sizes[k], *reg, Transfer::kChained); }));
+        ASSERT_TRUE(l.within([&] { return l.out->puts()->tryPut(src.data(), sizes[k]); }));
+        size_t got = 0;
+        ASSERT_TRUE(l.within([&] { return l.in->puts()->tryPutDone(&got); }));
+        ASSERT_TRUE(l.within([&] { return l.out->puts()->putsComplete(); }));
+        ASSERT_EQ(got, sizes[k]);
+        for (size_t i = 0; i < sizes[k]; ++i)
+          ASSERT_EQ(dst[i], static_cast<uint8_t>(i * 5 + k + round * 3)) << "round " << round << " put " << k;
+      }
+      if (round == 1) {
+        EXPECT_EQ(counters().registrations - regs, 0u);
+      }
+    }
+  }
+  EXPECT_EQ(pinnedBytes(), before) << "a registration outlived the link";
+}
+
+// A put larger than an end's registered buffers (8 MiB in all) is registered for
+// itself, at both ends, and deregistered when it completes.
+TEST(IbPuts, UnregisteredPutsLargerThanTheBuffersRegisterForThemselves) {
+  PutLink l;
+  std::vector<uint32_t> src(3 << 20), dst(3 << 20);  // 12 MiB
+  auto dstReg = l.t.registerMemory(dst.data(), dst.size() * 4);
+  EXPECT_EQ(l.loop(src, dst, *dstReg, 3), 6u);
 }
 
 }  // namespace

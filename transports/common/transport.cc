@@ -32,6 +32,7 @@ Activity Activity::since(const Activity& b) const {
   d.bytes = bytes - b.bytes;
   d.puts = puts - b.puts;
   d.putBytes = putBytes - b.putBytes;
+  d.bounceBytes = bounceBytes - b.bounceBytes;
   d.registrations = registrations - b.registrations;
   d.wire = wire;
   d.dataWrites = dataWrites - b.dataWrites;
@@ -45,8 +46,10 @@ Activity Activity::since(const Activity& b) const {
 
 std::string Activity::str() const {
   auto n = [](uint64_t v) { return static_cast<unsigned long long>(v); };
-  std::string s = format("%llu messages (%s) through the slots, %llu puts (%s), %llu registrations", n(messages),
-                         sizeText(bytes).c_str(), n(puts), sizeText(putBytes).c_str(), n(registrations));
+  std::string s = format("%llu messages (%s) through the slots, %llu puts (%s", n(messages), sizeText(bytes).c_str(),
+                         n(puts), sizeText(putBytes).c_str());
+  if (bounceBytes) s += format("; %s copied through registered buffers", sizeText(bounceBytes).c_str());
+  s += format("), %llu registrations", n(registrations));
   if (wire)
     s += format("; on the wire %llu data writes, %llu FIFO writes; %llu new registrations with the NIC, %llu "
                 "found in its cache",

@@ -11,6 +11,7 @@
 #include "base/config.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "transports/ib/gid_choice.h"
 #include "transports/ib/hca_filter.h"
 
 namespace strata::transport::ib {
@@ -150,8 +151,9 @@ void openDevice(const Verbs& v, ibv_device* dev, const HcaFilter& filter, std::v
     port.dmabuf = dmabufSupported(v, pd);
     port.guid = da.node_guid;
     port.mrs = mrs;
-    STRATA_INFO(kSubsysNet, -1, "IB: using %s:%d (%s, %d Mbit/s, GID index %d, MTU %d%s%s)", name.c_str(), p,
-                port.roce ? "RoCE" : "InfiniBand", port.rateMbps, port.gidIndex, 128 << pa.active_mtu,
+    STRATA_INFO(kSubsysNet, -1, "IB: using %s:%d (%s, %d Mbit/s, GID index %d: %s, MTU %d%s%s)", name.c_str(), p,
+                port.roce ? "RoCE" : "InfiniBand", port.rateMbps, port.gidIndex, gidText(port.gid).c_str(),
+                128 << pa.active_mtu,
                 ro ? ", relaxed ordering" : "", port.dmabuf ? ", dma-buf (GPUDirect RDMA)" : "");
     out->push_back(std::move(port));
   }
@@ -185,51 +187,6 @@ std::vector<Port> discover() {
 }
 
 }  // namespace
-
-int gidTypeFromSysfs(const std::string& root, const std::string& device, int port, int index) {
-  std::string path = format("%s/class/infiniband/%s/ports/%d/gid_attrs/types/%d", root.c_str(), device.c_str(), port,
-                            index);
-  std::ifstream in(path);
-  std::string type;
-  if (!std::getline(in, type)) return -1;  // unreadable, or a GID with no type (unused)
-  if (type.find("RoCE v2") != std::string::npos) return IBV_GID_TYPE_ROCE_V2;
-  if (type.find("RoCE v1") != std::string::npos) return IBV_GID_TYPE_ROCE_V1;
-  return -1;
-}
-
-int chooseGidIndex(const Verbs& v, ibv_context* ctx, const std::string& device, int port, const ibv_port_attr& attr,
-                   const std::string& sysfsRoot) {
-  if (attr.link_layer != IBV_LINK_LAYER_ETHERNET) return 0;
-  if (config().ibGidIndex >= 0) return config().ibGidIndex;
-  // GID i's type and value: from ibv_query_gid_ex, else sysfs and ibv_query_gid.
-  auto entry = [&](int i, int* type, ibv_gid* gid) {
-    if (v.queryGidEx) {
-      ibv_gid_entry e{};
-      if (v.queryGidEx(ctx, static_cast<uint32_t>(port), static_cast<uint32_t>(i), &e, 0, sizeof(e)) != 0)
-        return false;
-      *type = static_cast<int>(e.gid_type);
-      *gid = e.gid;
-      return true;
-    }
-    *type = gidTypeFromSysfs(sysfsRoot, device, port, i);
-    return *type >= 0 && v.queryGid(ctx, static_cast<uint8_t>(port), i, gid) == 0;
-  };
-  int want = config().ibRoceVersion == 1 ? IBV_GID_TYPE_ROCE_V1 : IBV_GID_TYPE_ROCE_V2;
-  // Best first, as NCCL's default address family does: IPv4-mapped (routable on L3
-  // fabrics), then global IPv6, then link-local (fe80::, not routed).
-  int best = -1, bestRank = 0;
-  for (int i = 0; i < attr.gid_tbl_len; ++i) {
-    int type = -1;
-    ibv_gid gid{};
-    if (!entry(i, &type, &gid) || type != want || zeroGid(gid)) continue;
-    const uint8_t* g = gid.raw;
-    bool v4 = g[10] == 0xff && g[11] == 0xff && std::all_of(g, g + 10, [](uint8_t b) { return b == 0; });
-    bool linkLocal = g[0] == 0xfe && (g[1] & 0xc0) == 0x80;
-    int rank = v4 ? 3 : linkLocal ? 1 : 2;
-    if (rank > bestRank) best = i, bestRank = rank;
-  }
-  return best >= 0 ? best : 0;
-}
 
 const std::vector<Port>& ports() {
   // Never destroyed, like the contexts and protection domains it holds: connections

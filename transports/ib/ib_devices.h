@@ -35,16 +35,4 @@ struct Port {
 // cannot be loaded, NCCL_IB_DISABLE is set, or no active port is selected.
 const std::vector<Port>& ports();
 
-// The GID index RoCE traffic uses on a port: NCCL_IB_GID_INDEX, else the best
-// non-zero GID of the RoCE version NCCL_IB_ROCE_VERSION_NUM asks for, else 0. The
-// GID types come from ibv_query_gid_ex, or where rdma-core lacks it (before v34)
-// from sysfs under `sysfsRoot`, as NCCL reads them.
-int chooseGidIndex(const Verbs& v, ibv_context* ctx, const std::string& device, int port, const ibv_port_attr& attr,
-                   const std::string& sysfsRoot = "/sys");
-
-// IBV_GID_TYPE_ROCE_V1 / _V2 as sysfs names the type of GID `index` ("IB/RoCE v1",
-// "RoCE v2" in <root>/class/infiniband/<device>/ports/<port>/gid_attrs/types/<index>);
-// -1 when it cannot be read.
-int gidTypeFromSysfs(const std::string& root, const std::string& device, int port, int index);
-
 }  // namespace strata::transport::ib

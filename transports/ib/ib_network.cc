@@ -231,6 +231,9 @@ class IbNetwork final : public net::Network {
     }
     return pin.release();
   }
+  bool registered(void* comm, const void* data, size_t bytes) override {
+    return static_cast<Comm*>(comm)->q.port->mrs->covers(data, bytes);
+  }
   void unpinMemory(void* pin) override {
     auto* list = static_cast<std::vector<std::pair<MrCache*, void*>>*>(pin);
     for (auto& e : *list) e.first->release(e.second);

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "base/error.h"
 
@@ -12,19 +13,40 @@ namespace strata::transport::ib {
 MrCache::MrCache(Register reg, Deregister dereg, size_t limit)
     : reg_(std::move(reg)), dereg_(std::move(dereg)), limit_(limit) {}
 
-void* MrCache::acquire(const void* p, size_t n) {
+namespace {
+
+// [p, p + n) widened to whole pages.
+std::pair<uintptr_t, uintptr_t> pagesOf(const void* p, size_t n) {
   static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   uintptr_t begin = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
   uintptr_t end = (reinterpret_cast<uintptr_t>(p) + (n ? n : 1) + page - 1) & ~(page - 1);
-  std::lock_guard<std::mutex> lock(mu_);
+  return {begin, end};
+}
+
+}  // namespace
+
+MrCache::Entry* MrCache::coveringLocked(uintptr_t begin, uintptr_t end) {
   // Any live registration that starts at or before the range and ends at or after it.
   for (auto it = byBegin_.upper_bound(begin); it != byBegin_.begin();) {
     --it;
-    if (it->second.end >= end) {
-      ++it->second.refs;
-      ++c_.hits;
-      return it->second.mr;
-    }
+    if (it->second.end >= end) return &it->second;
+  }
+  return nullptr;
+}
+
+bool MrCache::covers(const void* p, size_t n) const {
+  auto [begin, end] = pagesOf(p, n);
+  std::lock_guard<std::mutex> lock(mu_);
+  return const_cast<MrCache*>(this)->coveringLocked(begin, end) != nullptr;
+}
+
+void* MrCache::acquire(const void* p, size_t n) {
+  auto [begin, end] = pagesOf(p, n);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (Entry* e = coveringLocked(begin, end)) {
+    ++e->refs;
+    ++c_.hits;
+    return e->mr;
   }
   size_t bytes = end - begin;
   STRATA_REQUIRE(c_.bytes + bytes <= limit_, ncclInvalidUsage,

@@ -23,6 +23,8 @@ class MrCache {
   // refuses it, ncclInvalidUsage beyond the limit.
   void* acquire(const void* p, size_t n);
   void release(void* mr);
+  // Whether a live registration covers [p, p + n) (nothing is taken or counted).
+  bool covers(const void* p, size_t n) const;
 
   struct Counters {
     uint64_t registrations = 0, hits = 0, deregistrations = 0;
@@ -36,6 +38,7 @@ class MrCache {
     void* mr;
     int refs;
   };
+  Entry* coveringLocked(uintptr_t begin, uintptr_t end);
   Register reg_;
   Deregister dereg_;
   size_t limit_;

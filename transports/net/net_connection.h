@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,6 +18,7 @@
 #include "base/log.h"
 #include "base/page_buffer.h"
 #include "device/gpu.h"
+#include "transports/net/bounce_pool.h"
 #include "transports/net/nccl_net.h"
 #include "transports/net/net_transport.h"
 
@@ -32,16 +34,20 @@ std::chrono::steady_clock::time_point abortWindowEnd();
 // the failure that ends the connection (a network error: the peer is gone). Where
 // the network sees each receive's size at the sender (Network::sendSeesReceive),
 // a second comm carries one-sided puts: the receiver posts each offer as a receive
-// into its own memory, the sender sends each put from the caller's, and the
-// network moves the bytes between them (over IB: one RDMA write). Buffers are
-// registered for the operation (the network's cache shares overlapping ones; a
-// range the user registered stays registered, see NetRegistration).
+// into memory registered with the network, the sender sends each put from such
+// memory, and the network moves the bytes between them (over IB: one RDMA write).
+// Which memory is one policy, decided at each end on its own (putMemory): the
+// caller's, in place, where it is registered already (ncclCommRegister, or a
+// transfer in flight); else the library's registered buffers (BouncePool: one copy
+// at that end, no registration per operation), host memory through host buffers and
+// device memory through device buffers of its GPU (GPUDirect RDMA: dma-bufs); a put
+// larger than a pool, or one more than its buffers, is registered for the operation.
 class NetConnection {
  public:
   NetConnection(const ConnectRequest& req, Network& net, LiveConnections& live)
       : net_(net), live_(live), puts_(net.sendSeesReceive()), slotBytes_(req.slotBytes), slots_(req.slots),
-        memory_(slotBytes_ * slots_), sizes_(slots_), requests_(slots_, nullptr), self_(req.self->rank),
-        peer_(req.peer->rank) {
+        memory_(slotBytes_ * slots_), sizes_(slots_), requests_(slots_, nullptr), hostBounce_(hostMemory(), kBounceBytes),
+        deviceBounce_(deviceMemory(), kBounceBytes), self_(req.self->rank), peer_(req.peer->rank) {
     dev_ = deviceFor(net, *req.self);
   }
   // Into the sweep, once the derived object is whole (a sweep calls its virtuals).
@@ -114,6 +120,80 @@ class NetConnection {
     return mh;
   }
   bool onDevice(void* mh) const { return dmabufFds_.count(mh) != 0; }
+  // The memory a put moves through: the caller's `p`, registered (in place, or for
+  // the operation), or a buffer of the pool (`bounce`; the caller copies).
+  struct PutMemory {
+    void* mh = nullptr;
+    BouncePool::Buffer* bounce = nullptr;
+    void* data(void* p) const { return bounce ? bounce->data : p; }
+  };
+  // The policy (see the class comment); more puts in flight than the pool has
+  // buffers register the rest for themselves (nothing waits for a buffer).
+  // A pool that cannot be made (memory, the registration limit) is said once, and
+  // the put registers its own memory.
+  void putMemory(void* comm, void* p, size_t bytes, PutMemory* out) {
+    BouncePool* pool = net_.registered(comm, p, bytes) ? nullptr : poolFor(p);
+    out->bounce = nullptr;
+    if (pool && pool->fits(bytes)) {
+      try {
+        out->bounce = pool->take(comm, bytes);
+      } catch (const Error& e) {
+        if (!poolFailed_)
+          STRATA_WARN(self_, "net transport (%s): no registered buffers for puts with rank %d (%s): each put "
+                      "registers its own memory", net_.name().c_str(), peer_, e.what());
+        poolFailed_ = true;
+      }
+    }
+    out->mh = out->bounce ? out->bounce->mh : regPut(comm, p, bytes);
+  }
+  void releasePut(void* comm, PutMemory* m) {
+    if (m->bounce) m->bounce->region->pool->give(comm, m->bounce);
+    else if (m->mh) deregPut(comm, m->mh);
+    *m = PutMemory{};
+  }
+  BouncePool::Memory hostMemory() {
+    return {[](size_t n) { return allocPages(n); }, [](void* p, size_t n) { freePages(p, n); },
+            [](void* d, const void* s, size_t n) { memcpy(d, s, n); },
+            [this](void* comm, void* p, size_t n) { return regPut(comm, p, n); },
+            [this](void* comm, void* mh) { deregPut(comm, mh); }};
+  }
+  BouncePool::Memory deviceMemory() {
+    return {[this](size_t n) {
+              device::OnDevice on(bounceDevice_);
+              return device::gpuAlloc(n);
+            },
+            [this](void* p, size_t) {
+              try {
+                device::OnDevice on(bounceDevice_);
+                device::gpuFree(p);
+              } catch (const Error& e) {
+                STRATA_INFO(kSubsysNet, self_, "net transport: freeing put buffers: %s", e.what());
+              }
+            },
+            [this](void* d, const void* s, size_t n) {
+              device::OnDevice on(bounceDevice_);
+              device::copySync(d, s, n);
+            },
+            [this](void* comm, void* p, size_t n) { return regPut(comm, p, n); },
+            [this](void* comm, void* mh) { deregPut(comm, mh); }};
+  }
+  // The pool for memory at `p`: the host's, or the device pool of the GPU the first
+  // device put used (null for another GPU's: registered for the operation).
+  BouncePool* poolFor(const void* p) {
+    int dev = -1;
+    if (!device::isDevicePointer(p, &dev)) return &hostBounce_;
+    if (bounceDevice_ < 0) bounceDevice_ = dev;
+    return dev == bounceDevice_ ? &deviceBounce_ : nullptr;
+  }
+  // Into or out of a pool buffer (the pool's copy: memcpy, or the GPU's).
+  void bounceCopy(const PutMemory& m, void* dst, const void* src, size_t bytes) {
+    m.bounce->region->pool->copy(dst, src, bytes);
+    count(live_.moved.bounceBytes, bytes);
+  }
+  void clearBounce(void* comm) {
+    hostBounce_.clear(comm);
+    deviceBounce_.clear(comm);
+  }
   void deregPut(void* comm, void* mh) {
     try {
       net_.deregMr(comm, mh);
@@ -156,6 +236,12 @@ class NetConnection {
   std::vector<void*> requests_;
   void* mh_ = nullptr;
   std::map<void*, int> dmabufFds_;  // put registrations of device memory: their dma-bufs
+  // Each end's registered buffers for puts of memory nobody registered, at most this
+  // many bytes a pool (allocated as the puts come).
+  static constexpr size_t kBounceBytes = 8 << 20;
+  BouncePool hostBounce_, deviceBounce_;
+  int bounceDevice_ = -1;  // deviceBounce_'s GPU: the first a put used
+  bool poolFailed_ = false;  // said once
   std::atomic<bool> failed_{false};  // written under mu_, read by peerAborted() without it
   std::atomic<bool> wanted_{true};   // needsSweep() as of the last call: lets sweeps skip idle connections
   int self_, peer_;

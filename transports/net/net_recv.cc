@@ -3,6 +3,7 @@
 #include <deque>
 #include <memory>
 
+#include "base/mutation.h"
 #include "transports/net/net_connection.h"
 
 namespace strata::transport::net {
@@ -27,8 +28,8 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
   }
   PutReceiver* puts() override { return puts_ ? this : nullptr; }
 
-  // PutReceiver: each offer is a receive into the caller's memory, registered for
-  // it once. Independent offers wait to be posted together (up to the network's
+  // PutReceiver: each offer is a receive into memory putMemory chose for it once
+  // (the caller's, or a pool buffer copied out on completion). Independent offers wait to be posted together (up to the network's
   // maxRecvs in one grouped receive) until the rank asks for the oldest's
   // completion, or a sweep comes; any other offer is posted at once, alone.
   bool tryOffer(void* dst, size_t bytes, const Registration& reg, Transfer kind) override {
@@ -83,8 +84,8 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
       p.arrived = true;
       got = p.got[o.index];
       // Into device memory: the NIC's writes are made visible to the GPU first.
-      if (onDevice(o.mh) && !o.flushed) {
-        if (!o.flush && !net_.iflush(putComm_, o.dst, got, o.mh, &o.flush)) return false;
+      if (onDevice(o.mem.mh) && !o.flushed) {
+        if (!o.flush && !net_.iflush(putComm_, o.mem.data(o.dst), got, o.mem.mh, &o.flush)) return false;
         if (o.flush && !net_.test(o.flush, nullptr)) return false;
         o.flushed = true;
       }
@@ -92,8 +93,17 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
       if (!failed_) failWith(e);
       return false;
     }
+    try {
+      if (o.mem.bounce) {
+        size_t shift = mutated(Mutation::kNetBounceShift) && got > 0 ? 1 : 0;
+        bounceCopy(o.mem, static_cast<char*>(o.dst) + shift, o.mem.bounce->data, std::min(got, o.bytes) - shift);
+      }
+    } catch (const Error& e) {  // the GPU's copy out
+      if (!failed_) failWith(e);
+      return false;
+    }
     *bytes = got;
-    deregPut(putComm_, o.mh);
+    releasePut(putComm_, &o.mem);
     offers_.pop_front();
     return true;
   }
@@ -134,7 +144,7 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
     bool arrived = false;
   };
   struct Offer {
-    void* mh = nullptr;
+    PutMemory mem;
     void* dst = nullptr;
     size_t bytes = 0;
     bool independent = false;
@@ -143,14 +153,14 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
     bool flushed = false;
     void* flush = nullptr;  // the network's flush request, once asked
   };
-  // The registration a declined offer left, if it is this one; else a new one.
+  // The memory a declined offer left, if it is this one; else new.
   Offer takeDeclined(void* dst, size_t bytes) {
     Offer o = declined_;
     declined_ = Offer{};
-    if (o.mh && o.dst == dst && o.bytes == bytes) return o;
-    if (o.mh) deregPut(putComm_, o.mh);
+    if (o.mem.mh && o.dst == dst && o.bytes == bytes) return o;
+    releasePut(putComm_, &o.mem);
     o = Offer{};
-    o.mh = regPut(putComm_, dst, bytes);
+    putMemory(putComm_, dst, bytes, &o.mem);
     o.dst = dst;
     o.bytes = bytes;
     return o;
@@ -171,7 +181,7 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
     } catch (const Error& e) {
       if (e.code() != ncclInvalidUsage) throw;
       while (!offers_.empty() && !offers_.back().posted) {
-        deregPut(putComm_, offers_.back().mh);
+        releasePut(putComm_, &offers_.back().mem);
         offers_.pop_back();
       }
       refusal_ = e.what();
@@ -194,7 +204,7 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
       int n = 0;
       do {
         const Offer& o = offers_[first + n];
-        b[n] = RecvBuffer{o.dst, o.bytes, 0, o.mh};
+        b[n] = RecvBuffer{o.mem.data(o.dst), o.bytes, 0, o.mem.mh};
         ++n;
       } while (first + n < offers_.size() && n < maxRecvs_ && offers_[first].independent &&
                offers_[first + n].independent);
@@ -212,8 +222,9 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
     comm_ = nullptr;
     closeListener(&listen_);
     if (putComm_) {
-      for (Offer& o : offers_) deregPut(putComm_, o.mh);
-      if (declined_.mh) deregPut(putComm_, declined_.mh);
+      for (Offer& o : offers_) releasePut(putComm_, &o.mem);
+      releasePut(putComm_, &declined_.mem);
+      clearBounce(putComm_);
       closeComm(putComm_, &Network::closeRecv, nullptr);
     }
     offers_.clear();

@@ -60,30 +60,33 @@ class NetSend final : public NetConnection, public SendConnection, public PutSen
   }
   PutSender* puts() override { return puts_ ? this : nullptr; }
 
-  // PutSender. The source is registered once per put (kept while the network has
-  // no offer yet, so that retries do not register again).
+  // PutSender. The source's memory is chosen (and copied into a pool buffer) once
+  // per put, kept while the network has no offer yet, so retries redo nothing.
   bool tryPut(const void* src, size_t bytes) override {
     std::lock_guard<std::mutex> lock(mu_);
     progressLocked();
     if (!putError_.empty() && !failed_) failWith(Error(ncclRemoteError, putError_));
     if (failed_ || !putComm_) return false;
     try {
-      if (!pendingMh_ || pendingSrc_ != src || pendingBytes_ != bytes) {
-        if (pendingMh_) deregPut(putComm_, pendingMh_);
-        pendingMh_ = nullptr;
-        pendingMh_ = regPut(putComm_, const_cast<void*>(src), bytes);
+      void* p = const_cast<void*>(src);
+      if (!pending_.mh || pendingSrc_ != src || pendingBytes_ != bytes) {
+        releasePut(putComm_, &pending_);
+        putMemory(putComm_, p, bytes, &pending_);
+        if (pending_.bounce) bounceCopy(pending_, pending_.bounce->data, src, bytes);
         pendingSrc_ = src;
         pendingBytes_ = bytes;
       }
-      void* r = net_.isend(putComm_, const_cast<void*>(src), bytes, 0, pendingMh_);
+      void* r = net_.isend(putComm_, pending_.data(p), bytes, 0, pending_.mh);
       if (!r) return false;  // no offer yet
-      inFlight_.push_back({r, pendingMh_});
+      inFlight_.push_back({r, pending_});
       count(live_.moved.puts, 1);
       count(live_.moved.putBytes, bytes);
-      pendingMh_ = nullptr;
+      pending_ = PutMemory{};
       wanted_.store(true, std::memory_order_relaxed);  // sweeps now move it
       return true;
     } catch (const Error& e) {
+      releasePut(putComm_, &pending_);  // a later put from the same place copies its bytes afresh
+      pendingSrc_ = nullptr;
       if (e.code() == ncclInvalidUsage) throw;  // the caller's mistake (larger than the offer): theirs to see
       failWith(e);
       return false;
@@ -100,7 +103,7 @@ class NetSend final : public NetConnection, public SendConnection, public PutSen
  private:
   struct InFlight {
     void* request;
-    void* mh;
+    PutMemory mem;
   };
   void closeAll() {
     if (!comm_) net_.cancelConnect(handle_);
@@ -109,11 +112,12 @@ class NetSend final : public NetConnection, public SendConnection, public PutSen
     if (!puts_) return;
     if (!putComm_) net_.cancelConnect(putHandle_);
     if (putComm_) {
-      if (pendingMh_) deregPut(putComm_, pendingMh_);
-      for (InFlight& f : inFlight_) deregPut(putComm_, f.mh);
+      releasePut(putComm_, &pending_);
+      for (InFlight& f : inFlight_) releasePut(putComm_, &f.mem);
+      clearBounce(putComm_);
       closeComm(putComm_, &Network::closeSend, nullptr);
     }
-    pendingMh_ = nullptr;
+    pending_ = PutMemory{};
     inFlight_.clear();
     putComm_ = nullptr;
   }
@@ -130,7 +134,7 @@ class NetSend final : public NetConnection, public SendConnection, public PutSen
       }
     }
     while (!inFlight_.empty() && net_.test(inFlight_.front().request, nullptr)) {
-      deregPut(putComm_, inFlight_.front().mh);
+      releasePut(putComm_, &inFlight_.front().mem);
       inFlight_.pop_front();
     }
     if (!comm_) {
@@ -155,9 +159,9 @@ class NetSend final : public NetConnection, public SendConnection, public PutSen
   void* comm_ = nullptr;
   void* putComm_ = nullptr;
   uint64_t head_ = 0, sent_ = 0, done_ = 0;  // posted by the rank, handed to the network, completed
-  const void* pendingSrc_ = nullptr;  // a put registered, waiting for its offer
+  const void* pendingSrc_ = nullptr;  // a put whose memory is ready, waiting for its offer
   size_t pendingBytes_ = 0;
-  void* pendingMh_ = nullptr;
+  PutMemory pending_;
   std::deque<InFlight> inFlight_;  // puts the network took, not yet complete
   std::string putError_;  // why the put comm could not come up
 };

@@ -85,6 +85,7 @@ Activity NetTransport::activity() const {
   a.bytes = m.bytes.load(std::memory_order_relaxed);
   a.puts = m.puts.load(std::memory_order_relaxed);
   a.putBytes = m.putBytes.load(std::memory_order_relaxed);
+  a.bounceBytes = m.bounceBytes.load(std::memory_order_relaxed);
   a.registrations = m.registrations.load(std::memory_order_relaxed);
   WireCounters w;
   Network* n = network();

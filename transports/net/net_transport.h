@@ -20,6 +20,7 @@ class NetConnection;
 // What the connections of one NetTransport moved (transport.h Activity).
 struct NetCounters {
   std::atomic<uint64_t> messages{0}, bytes{0}, puts{0}, putBytes{0}, registrations{0};
+  std::atomic<uint64_t> bounceBytes{0};  // of puts, copied through the library's registered buffers (either end)
 };
 
 // The connections of one NetTransport that its progress() sweeps, and their counters.

@@ -114,6 +114,14 @@ class Network {
     return nullptr;
   }
   virtual void unpinMemory(void* pin) { (void)pin; }
+  // True when [data, data + bytes) lies in memory registered with `comm`'s device
+  // beyond one operation's registration (pinMemory), or by an operation still in
+  // flight: a put may move it in place and registering it costs nothing. False
+  // where the network cannot say.
+  virtual bool registered(void* comm, const void* data, size_t bytes) {
+    (void)comm, (void)data, (void)bytes;
+    return false;
+  }
   // False where the network keeps no counters (NCCL's plugins, TCP).
   virtual bool wireCounters(WireCounters* out) {
     (void)out;
