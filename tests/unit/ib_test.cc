@@ -511,7 +511,7 @@ TEST(IbPuts, APoolFullOrTooSmallForAnOfferFallsBackAndGrows) {
       }
       ASSERT_TRUE(l.within([&] { return l.out->puts()->putsComplete(); }));
       if (round == 1) {
-        EXPECT_GT(counters().registrations - regs, 0u) << "8 outstanding offers, 2 buffers of 4 MiB";
+        EXPECT_GT(counters().registrations - regs, 0u) << "8 outstanding offers, 1 buffer of 4 MiB";
       }
     }
     EXPECT_GT(l.t.activity().bounceBytes, 0u);

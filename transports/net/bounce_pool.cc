@@ -24,7 +24,7 @@ BouncePool::Buffer* BouncePool::take(void* comm, size_t bytes) {
     auto r = std::make_unique<Region>();
     r->pool = this;
     r->capacity = std::min(roundUp(bytes), std::max(bytes, limit_));
-    size_t n = std::max<size_t>(1, std::min(kMaxBuffers, limit_ / r->capacity));
+    size_t n = std::max<size_t>(1, std::min(kMaxBuffers, kRegionBytes / r->capacity));
     r->bytes = n * r->capacity;
     r->mem = m_.alloc(r->bytes);
     try {

@@ -5,9 +5,10 @@
 // are then the GPU's). The buffers of one region share a size, a power of two that
 // fits the largest put so far, and are made together in one registration (so how
 // many puts happen to be in flight decides nothing): up to 16 (two grouped
-// receives' worth), at most `limit` bytes. A larger put makes a new region; the old
-// one goes when its last buffer comes back. Regions are kept for the next
-// operation: a steady loop registers nothing after its first.
+// receives' worth) within 2 MiB, or one buffer for a larger put, up to `limit`
+// bytes (NCCL keeps 1-4 MiB a peer for point-to-point). A larger put makes a new
+// region; the old one goes when its last buffer comes back. Regions are kept for
+// the next operation: a steady loop registers nothing after its first.
 #pragma once
 
 #include <cstddef>
@@ -61,6 +62,7 @@ class BouncePool {
 
  private:
   static constexpr size_t kMaxBuffers = 16;
+  static constexpr size_t kRegionBytes = 2 << 20;  // buffers a region holds: as many as fit, at least one
   void drop(void* comm, Region* r);
   Memory m_;
   size_t limit_;
