@@ -34,6 +34,13 @@ struct GpuSync {
   }
   __device__ uint32_t loadWord(const volatile uint32_t* w) const { return *w; }
   __device__ void storeWord(volatile uint32_t* w, uint32_t v) const { *w = v; }
+  // `v` into `w` unless it holds a value already: the first failure of any block
+  // stays. A device-scope atomic: only this GPU's blocks race on the word (atomics
+  // on mapped host memory are atomic for the device, not for the host, which
+  // reads the word and clears it only between kernels).
+  __device__ void recordWord(volatile uint32_t* w, uint32_t v) const {
+    atomicCAS(const_cast<unsigned int*>(reinterpret_cast<volatile unsigned int*>(w)), 0u, v);
+  }
 };
 
 }  // namespace strata::device::cuda

@@ -45,7 +45,7 @@ STRATA_KERNEL_FN inline size_t minSize(size_t a, size_t b) { return a < b ? a : 
 
 template <class K, class P>  // K: a kernel's arguments with its error word
 STRATA_KERNEL_FN inline uint32_t giveUp(const K& k, P& p, uint32_t why, int peer) {
-  if (p.loadWord(k.error) == 0) p.storeWord(k.error, why << 8 | static_cast<uint32_t>(peer));
+  p.recordWord(k.error, why << 8 | static_cast<uint32_t>(peer));
   return 1;
 }
 

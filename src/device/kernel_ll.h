@@ -78,7 +78,7 @@ STRATA_KERNEL_FN inline uint32_t flagOf(uint64_t use) {
 template <class P>
 STRATA_KERNEL_FN inline uint32_t poisoned(const KernelPipe& k, P& p) {
   uint64_t x = p.loadAcquire(k.poison(k.rank));
-  if (p.loadWord(k.error) == 0) p.storeWord(k.error, pipe::kPoisoned << 8 | static_cast<uint32_t>(x - 1));
+  p.recordWord(k.error, pipe::kPoisoned << 8 | static_cast<uint32_t>(x - 1));
   return 1;
 }
 

@@ -122,7 +122,7 @@ constexpr uint32_t kPoisoned = KernelColl::kPoisoned;
 // no rank's later step goes on after a failure. Returns 1 (gave up).
 template <class P>
 STRATA_KERNEL_FN inline uint32_t failAll(const KernelPipe& k, P& p, uint32_t why, int peer) {
-  if (p.loadWord(k.error) == 0) p.storeWord(k.error, why << 8 | static_cast<uint32_t>(peer));
+  p.recordWord(k.error, why << 8 | static_cast<uint32_t>(peer));
   int regions = k.algo == KernelPipe::kRing ? 3 : k.n;
   uint64_t culprit = static_cast<uint64_t>(why == kPoisoned ? peer : k.rank) + 1;
   for (int q = 0; q < regions; ++q)

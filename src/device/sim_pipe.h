@@ -80,6 +80,11 @@ class PipePrims {
   void storeRelaxed(uint64_t* p, uint64_t v) const { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
   uint32_t loadWord(const volatile uint32_t* w) const { return __atomic_load_n(w, __ATOMIC_ACQUIRE); }
   void storeWord(volatile uint32_t* w, uint32_t v) const { __atomic_store_n(w, v, __ATOMIC_RELEASE); }
+  // `v` into `w` unless it holds a value already (the first failure of any block stays).
+  void recordWord(volatile uint32_t* w, uint32_t v) const {
+    uint32_t none = 0;
+    __atomic_compare_exchange_n(w, &none, v, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+  }
   int barrierOr(uint32_t v) { return b_.barrier(v) != 0; }
   // This thread's share of the pass: whole 16-byte vectors of it, as a GPU's threads split one.
   void pass(const pipe::Pass& x);

@@ -57,6 +57,11 @@ class HostPrims {
   // The stop and error words: the host reads and writes them as atomics too.
   uint32_t loadWord(const volatile uint32_t* w) const { return __atomic_load_n(w, __ATOMIC_ACQUIRE); }
   void storeWord(volatile uint32_t* w, uint32_t v) const { __atomic_store_n(w, v, __ATOMIC_RELEASE); }
+  // `v` into `w` unless it holds a value already (the first failure of any block stays).
+  void recordWord(volatile uint32_t* w, uint32_t v) const {
+    uint32_t none = 0;
+    __atomic_compare_exchange_n(w, &none, v, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+  }
   int barrierOr(uint32_t v) const { return v != 0; }
   uint64_t fetchAdd(uint64_t* p, uint64_t v) const { return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL); }
 
