@@ -60,6 +60,7 @@ struct Mr {
 struct Cq {
   ibv_cq cq;
   std::deque<ibv_wc> entries;
+  std::deque<uint32_t> frees;  // per entry: the send-queue slots polling it frees (0: a receive's)
   bool overrun = false;
 };
 
@@ -102,6 +103,11 @@ struct Qp {
   int timeout = 14, retryCnt = 7, rnrRetry = 7, minRnrTimer = 0;
   std::deque<SendWr> pending;   // posted, not yet on the wire
   std::deque<SendWr> inflight;  // on the wire, awaiting the response
+  // Send-queue slots of work requests that completed, still taken: as mlx5 frees
+  // them, only once a completion entry at or after them is polled (an unsignalled
+  // request's slot waits for a later signalled one's). `uncovered`: those since
+  // the last completion entry.
+  uint32_t held = 0, uncovered = 0;
   std::deque<RecvWr> recvs;
   Stream stream;
 };
@@ -146,7 +152,8 @@ void wakeNic();
 // without waiting, so progress does not depend on the NIC thread being scheduled.
 void nicPassLocked(std::unique_lock<std::mutex>* lock, int timeoutMs);
 void setQpError(Qp* q);  // under state().mu: flushes everything outstanding
-void pushWc(Cq* cq, const ibv_wc& wc);
+// `frees`: the send-queue slots of wc.qp_num that polling this entry frees.
+void pushWc(Cq* cq, const ibv_wc& wc, uint32_t frees = 0);
 // The GID a port reports at `index`: fe80::, the IPv4 address, the port, the device.
 ibv_gid localGid(int device, int index);
 

@@ -81,7 +81,7 @@ int postSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   for (; wr; wr = wr->next) {
     int err = 0;
     if (q->qp.state != IBV_QPS_RTS && q->qp.state != IBV_QPS_ERR) err = EINVAL;
-    else if (q->pending.size() + q->inflight.size() >= q->cap.max_send_wr) err = ENOMEM;
+    else if (q->pending.size() + q->inflight.size() + q->held >= q->cap.max_send_wr) err = ENOMEM;  // full until polled
     else if (!validSges(wr->sg_list, wr->num_sge, static_cast<int>(q->cap.max_send_sge))) err = EINVAL;
     else if (wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM && wr->opcode != IBV_WR_RDMA_WRITE &&
              wr->opcode != IBV_WR_RDMA_WRITE_WITH_IMM && wr->opcode != IBV_WR_RDMA_READ)
@@ -147,6 +147,10 @@ int pollCq(ibv_cq* cq, int n, ibv_wc* wc) {
   for (; k < n && !c->entries.empty(); ++k) {
     wc[k] = c->entries.front();
     c->entries.pop_front();
+    uint32_t frees = c->frees.front();
+    c->frees.pop_front();
+    auto q = state().qps.find(wc[k].qp_num);
+    if (frees && q != state().qps.end()) q->second->held -= std::min(q->second->held, frees);
   }
   return k;
 }
@@ -442,6 +446,7 @@ __attribute__((visibility("default"))) int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr
   } else if (a->qp_state == IBV_QPS_RESET) {
     setQpError(q);
     q->recvs.clear();
+    q->held = q->uncovered = 0;  // an empty send queue again
     q->qp.state = IBV_QPS_RESET;
   } else {
     q->qp.state = a->qp_state;

@@ -75,6 +75,8 @@ ibv_wc_opcode wcOpcode(ibv_wr_opcode op) {
 }
 
 void completeSend(Qp* q, const SendWr& w, ibv_wc_status st, uint32_t len) {
+  ++q->held;
+  ++q->uncovered;
   if (st == IBV_WC_SUCCESS && !w.signaled) return;
   ibv_wc wc{};
   wc.wr_id = w.wrId;
@@ -82,7 +84,8 @@ void completeSend(Qp* q, const SendWr& w, ibv_wc_status st, uint32_t len) {
   wc.opcode = wcOpcode(w.op);
   wc.byte_len = len;
   wc.qp_num = q->qp.qp_num;
-  pushWc(reinterpret_cast<Cq*>(q->qp.send_cq), wc);
+  pushWc(reinterpret_cast<Cq*>(q->qp.send_cq), wc, q->uncovered);
+  q->uncovered = 0;
 }
 
 // The front work request failed with `st`: it completes so, the rest flush.
@@ -419,9 +422,10 @@ void wakeNic() {
   }
 }
 
-void pushWc(Cq* cq, const ibv_wc& wc) {
+void pushWc(Cq* cq, const ibv_wc& wc, uint32_t frees) {
   if (static_cast<int>(cq->entries.size()) >= cq->cq.cqe) cq->overrun = true;
   cq->entries.push_back(wc);
+  cq->frees.push_back(frees);
 }
 
 void setQpError(Qp* q) {

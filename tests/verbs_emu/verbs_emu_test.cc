@@ -187,6 +187,57 @@ TEST_F(Pair, WriteWithImmediateLandsAndCompletesBothSides) {
   EXPECT_EQ(dst[4196], 0);
 }
 
+// Send-queue slots free as on mlx5: when a completion at or after the request is
+// polled, not when the peer acknowledged it. A queue of 128 slots whose writes all
+// landed is still full until its completions are polled; unsignalled requests hold
+// their slots until a later signalled one's completion is polled.
+TEST_F(Pair, SendSlotsFreeWhenTheCompletionIsPolledNotWhenTheWriteLands) {
+  connect(a, b);
+  auto landed = [&](size_t upTo) {  // byte upTo-1 of dst holds src's, within 5 s
+    double end = now() + 5;
+    while (now() < end) {
+      if (__atomic_load_n(&dst[upTo - 1], __ATOMIC_ACQUIRE) == src[upTo - 1]) return true;
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    return false;
+  };
+  for (int i = 0; i < 128; ++i)
+    ASSERT_EQ(postWrite(a, IBV_WR_RDMA_WRITE, src.data() + i * 8, 8, srcMr->lkey, dstAddr(i * 8), dstMr->rkey, i), 0);
+  ASSERT_TRUE(landed(128 * 8));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // every acknowledgement in
+  EXPECT_EQ(postWrite(a, IBV_WR_RDMA_WRITE, src.data(), 8, srcMr->lkey, dstAddr(), dstMr->rkey), ENOMEM)
+      << "the slots of completions nobody polled are still taken";
+  ibv_wc wc = next(a.cq);
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.wr_id, 0u);
+  EXPECT_EQ(postWrite(a, IBV_WR_RDMA_WRITE, src.data(), 8, srcMr->lkey, dstAddr(), dstMr->rkey, 999), 0);
+  for (int i = 1; i <= 128; ++i) ASSERT_EQ(next(a.cq).status, IBV_WC_SUCCESS) << i;
+
+  // 127 unsignalled writes, then one signalled: 128 slots until that one is polled.
+  for (int i = 0; i < 128; ++i) {
+    ibv_sge sge{reinterpret_cast<uint64_t>(src.data() + 1024 + i * 8), 8, srcMr->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = 1000 + i;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.send_flags = i == 127 ? IBV_SEND_SIGNALED : 0;
+    wr.wr.rdma.remote_addr = dstAddr(1024 + i * 8);
+    wr.wr.rdma.rkey = dstMr->rkey;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(a.qp, &wr, &bad), 0) << i;
+  }
+  ASSERT_TRUE(landed(1024 + 128 * 8));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(postWrite(a, IBV_WR_RDMA_WRITE, src.data(), 8, srcMr->lkey, dstAddr(), dstMr->rkey), ENOMEM);
+  wc = next(a.cq);
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wc.wr_id, 1127u) << "only the signalled one completes";
+  for (int i = 0; i < 128; ++i)  // its polling freed all 128
+    ASSERT_EQ(postWrite(a, IBV_WR_RDMA_WRITE, src.data(), 8, srcMr->lkey, dstAddr(), dstMr->rkey, 2000 + i), 0) << i;
+  for (int i = 0; i < 128; ++i) ASSERT_EQ(next(a.cq).status, IBV_WC_SUCCESS) << i;
+}
+
 TEST_F(Pair, RemoteWriteIsCheckedAgainstKeyRangeAndAccess) {
   connect(a, b);
   // A wrong rkey (the lkey, a classic mix-up).
