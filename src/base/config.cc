@@ -212,6 +212,8 @@ Config Config::parse(const std::function<const char*(const char*)>& lookup) {
   p.integer("NCCL_IB_QPS_PER_CONNECTION", &c.ibQpsPerConnection, 1, 16);
   p.flag("NCCL_IB_SPLIT_DATA_ON_QPS", &c.ibSplitDataOnQps);
   p.integer("NCCL_IB_PCI_RELAXED_ORDERING", &c.ibPciRelaxedOrdering, 0, 2);
+  p.integer("NCCL_IB_ADAPTIVE_ROUTING", &c.ibAdaptiveRouting, -1, 1);
+  p.integer("NCCL_IB_AR_THRESHOLD", &c.ibArThreshold, 0, 1ll << 40);
   p.str("NCCL_NET_GDR_LEVEL", &c.netGdrLevel);
   p.str("STRATA_IBVERBS_LIB", &c.ibverbsLib);
   p.str("STRATA_MUTATION", &c.mutation);

@@ -91,6 +91,8 @@ struct Config {
   int ibQpsPerConnection = 1;               // NCCL_IB_QPS_PER_CONNECTION: queue pairs per connection (1-16)
   bool ibSplitDataOnQps = false;            // NCCL_IB_SPLIT_DATA_ON_QPS=1: each message split over them (else round robin)
   int ibPciRelaxedOrdering = 2;             // NCCL_IB_PCI_RELAXED_ORDERING: 0 off, 1 on, 2 where supported
+  int ibAdaptiveRouting = -1;               // NCCL_IB_ADAPTIVE_ROUTING: 0 off, 1 on, -1 (unset) on InfiniBand only
+  size_t ibArThreshold = 8192;              // NCCL_IB_AR_THRESHOLD: messages above this split for adaptive routing
   std::string netGdrLevel;                  // NCCL_NET_GDR_LEVEL: worst path for GPUDirect RDMA (LOC..SYS; unset PXB)
   std::string ibverbsLib = "libibverbs.so.1";  // STRATA_IBVERBS_LIB: the verbs library (tests: the emulator)
   std::string mutation;                     // STRATA_MUTATION: a deliberate fault (base/mutation.h); read only by

@@ -207,6 +207,50 @@ TEST(IbNetwork, OverTheEmulatorMessagesLandInTheReceiversBufferAndNothingRegiste
   l.net->deregMr(l.recv, rmh);
 }
 
+// Adaptive routing (NCCL_IB_ADAPTIVE_ROUTING=1; unset, on InfiniBand only, and the
+// emulated port is RoCE): a message above NCCL_IB_AR_THRESHOLD moves as plain RDMA
+// writes and then a write of no bytes carrying the immediate, so one more data
+// write; at or below it, and with it off, one write. Every message lands exact and
+// its size arrives.
+TEST(IbNetwork, AdaptiveRoutingSendsTheImmediateApartAboveTheThreshold) {
+  for (const char* ar : {"1", "0", ""}) {
+    SCOPED_TRACE(std::string("NCCL_IB_ADAPTIVE_ROUTING=") + ar);
+    *ar ? setenv("NCCL_IB_ADAPTIVE_ROUTING", ar, 1) : unsetenv("NCCL_IB_ADAPTIVE_ROUTING");
+    setenv("NCCL_IB_AR_THRESHOLD", "65536", 1);
+    reloadConfig();
+    {
+      Link l;
+      ASSERT_TRUE(l.send && l.recv);
+      std::vector<uint32_t> src(1 << 18), dst((1 << 18) + 4);
+      void* smh = l.net->regMr(l.send, src.data(), src.size() * 4, net::abi::kPtrHost);
+      void* rmh = l.net->regMr(l.recv, dst.data(), dst.size() * 4, net::abi::kPtrHost);
+      for (size_t bytes : {size_t(65536), size_t(65540), size_t(1) << 20, size_t(12)}) {
+        for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint32_t>(bytes * 31 + i);
+        std::fill(dst.begin(), dst.end(), 0);
+        Counters before = counters();
+        void* r = nullptr;
+        while (!(r = l.net->irecv(l.recv, dst.data(), dst.size() * 4, 0, rmh))) {
+        }
+        void* s = l.post(src.data(), bytes, 0, smh);
+        ASSERT_NE(s, nullptr);
+        size_t got = 0, sent = 0;
+        ASSERT_TRUE(l.wait(r, &got));
+        ASSERT_TRUE(l.wait(s, &sent));
+        ASSERT_EQ(got, bytes);
+        for (size_t i = 0; i < bytes / 4; ++i) ASSERT_EQ(dst[i], src[i]) << bytes << " bytes, word " << i;
+        EXPECT_EQ(dst[bytes / 4 + 1], 0u) << "nothing past the message";
+        bool apart = std::string(ar) == "1" && bytes > 65536;
+        EXPECT_EQ(counters().dataWrites - before.dataWrites, writesFor(bytes) + (apart ? 1 : 0)) << bytes << " bytes";
+      }
+      l.net->deregMr(l.send, smh);
+      l.net->deregMr(l.recv, rmh);
+    }
+  }
+  unsetenv("NCCL_IB_ADAPTIVE_ROUTING");
+  unsetenv("NCCL_IB_AR_THRESHOLD");
+  reloadConfig();
+}
+
 // A dma-buf as a GPU driver exports device memory: a memfd whose pages this test
 // maps only to check them (the GPU's view); the network is handed the buffer's
 // address, an iova this process never maps, and the fd at an offset.

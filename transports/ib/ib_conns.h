@@ -69,6 +69,7 @@ struct Comm {
   QpSet q;
   int fd = -1;  // the setup stream, kept open: its end tells that the peer is gone
   bool split = false;
+  bool ar = false;  // adaptive routing: a message's data and its completion as two writes (adaptiveRouting)
   bool failed = false;
   ncclResult_t failCode = ncclSuccess;
   std::string failure;

@@ -188,6 +188,10 @@ std::vector<Port> discover() {
 
 }  // namespace
 
+bool adaptiveRouting(const Port& p) {
+  return config().ibAdaptiveRouting < 0 ? !p.roce : config().ibAdaptiveRouting == 1;
+}
+
 const std::vector<Port>& ports() {
   // Never destroyed, like the contexts and protection domains it holds: connections
   // may still close while the process exits.

@@ -31,6 +31,10 @@ struct Port {
   std::shared_ptr<MrCache> mrs;  // the device's, shared by its ports
 };
 
+// Whether messages on `p` split for adaptive routing (NCCL_IB_ADAPTIVE_ROUTING; unset:
+// on InfiniBand, off on RoCE, as NCCL), read at each connection.
+bool adaptiveRouting(const Port& p);
+
 // Opens the ports once; empty (with the reason logged under NET) when verbs
 // cannot be loaded, NCCL_IB_DISABLE is set, or no active port is selected.
 const std::vector<Port>& ports();

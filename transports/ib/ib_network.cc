@@ -108,8 +108,9 @@ class IbNetwork final : public net::Network {
       throw;
     }
     h->pending = 0;
-    STRATA_INFO(kSubsysNet, -1, "IB: connected to %s with %d queue pairs%s", c->q.where(0).c_str(), c->q.nqps,
-                c->split ? ", messages split over them" : "");
+    STRATA_INFO(kSubsysNet, -1, "IB: connected to %s with %d queue pairs%s%s", c->q.where(0).c_str(), c->q.nqps,
+                c->split ? ", messages split over them" : "",
+                c->ar ? format(", adaptive routing above %zu bytes", config().ibArThreshold).c_str() : "");
     return c;
   }
 
@@ -273,7 +274,7 @@ class IbNetwork final : public net::Network {
     for (int p = 0; p < parts; ++p) {
       size_t off = std::min(bytes, p * chunk), len = std::min(chunk, bytes - off);
       writes += writePart(c, qpFor(c, p), requestIndex(slot, i), reinterpret_cast<char*>(data) + off, len, mr->lkey,
-                          want.addr + off, want.rkey, n == 1);
+                          want.addr + off, want.rkey, n == 1, c->ar && bytes > config().ibArThreshold);
     }
     c->fifo->sizes[slot][i] = static_cast<uint32_t>(bytes);
     if (n > 1 && last) writes += writeSizes(c, slot, n, requestIndex(slot, i));
@@ -403,6 +404,7 @@ class IbNetwork final : public net::Network {
       return false;
     }
     c->split = config().ibSplitDataOnQps;
+    c->ar = adaptiveRouting(port(dev));
     c->q.create(port(dev), config().ibQpsPerConnection);
     c->fifo = newFifo(port(dev).pd, &c->fifoMr);
     WireInfo w{};
@@ -459,14 +461,17 @@ class IbNetwork final : public net::Network {
   // max_msg_sz. With `imm` (a receive of its own) the last carries the part's size
   // as its immediate: the receiver's one receive completes on it, in-order delivery
   // puts the others before it; an empty part is that one write. Without (one
-  // receive of a group), an empty part writes nothing. Returns the writes posted,
-  // each signalled.
+  // receive of a group), an empty part writes nothing. `apart` (adaptive routing,
+  // as NCCL does above NCCL_IB_AR_THRESHOLD): the data as plain writes the fabric
+  // may spray over its paths, then the immediate as a write of no bytes, which RC
+  // completes only after them. Returns the writes posted, each signalled.
   static int writePart(Comm* c, int qp, int req, char* src, size_t len, uint32_t lkey, uint64_t dst, uint32_t rkey,
-                       bool imm) {
+                       bool imm, bool apart) {
     size_t most = c->q.port->attr.max_msg_sz ? c->q.port->attr.max_msg_sz : (1u << 30);
     int n = 0;
     size_t off = 0;
     if (len == 0 && !imm) return 0;
+    bool split = imm && apart && len > 0;
     do {
       size_t piece = std::min(most, len - off);
       bool last = off + piece == len;
@@ -475,7 +480,7 @@ class IbNetwork final : public net::Network {
       wr.wr_id = kSendTag | static_cast<uint64_t>(req);
       wr.sg_list = &sge;
       wr.num_sge = piece ? 1 : 0;
-      wr.opcode = last && imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+      wr.opcode = last && imm && !split ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
       wr.send_flags = IBV_SEND_SIGNALED;
       wr.imm_data = htonl(static_cast<uint32_t>(len));
       wr.wr.rdma.remote_addr = dst + off;
@@ -484,6 +489,17 @@ class IbNetwork final : public net::Network {
       ++n;
       off += piece;
     } while (off < len);
+    if (split) {  // the immediate alone, after the data
+      ibv_send_wr wr{};
+      wr.wr_id = kSendTag | static_cast<uint64_t>(req);
+      wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+      wr.send_flags = IBV_SEND_SIGNALED;
+      wr.imm_data = htonl(static_cast<uint32_t>(len));
+      wr.wr.rdma.remote_addr = dst;  // no bytes: where does not matter, but inside the receive
+      wr.wr.rdma.rkey = rkey;
+      c->post(qp, &wr);
+      ++n;
+    }
     return n;
   }
   const Port& port(int dev) {
