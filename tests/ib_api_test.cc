@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "harness/ranks.h"
+#include "verify/reference.h"
 
 namespace strata::test {
 namespace {
@@ -81,6 +82,11 @@ TEST(IbCounters, SteadyAllReduceRegistersNothingAfterTheFirstOperation) {
   std::filesystem::remove_all(dir);
 }
 
+// Byte i of message `tag` (the reference module's: a chunk at the wrong offset does not match).
+unsigned char byteOf(int tag, size_t i) {
+  return static_cast<unsigned char>(verify::movedValue(tag, i, ncclUint8));
+}
+
 // Puts of memory nobody registered go through the library's registered buffers: a
 // steady loop of sends, receives and all-gathers on buffers allocated afresh each
 // iteration (malloc maps and unmaps them: a registration kept for such memory would
@@ -98,13 +104,13 @@ TEST(IbCounters, UnregisteredBuffersRegisterNothingAfterTheFirstOperation) {
     for (int it = 0; it < kIters; ++it) {
       auto send = std::make_unique<std::vector<unsigned char>>(kBytes);
       auto recv = std::make_unique<std::vector<unsigned char>>(kBytes, 0);
-      for (size_t i = 0; i < kBytes; ++i) (*send)[i] = static_cast<unsigned char>(i * 7 + rank * 31 + it);
+      for (size_t i = 0; i < kBytes; ++i) (*send)[i] = byteOf(rank * kIters + it, i);
       RANK_NCCL(ncclGroupStart());
       RANK_NCCL(ncclSend(send->data(), kBytes, ncclUint8, next, comm, nullptr));
       RANK_NCCL(ncclRecv(recv->data(), kBytes, ncclUint8, prev, comm, nullptr));
       RANK_NCCL(ncclGroupEnd());
       for (size_t i = 0; i < kBytes; ++i) {
-        auto want = static_cast<unsigned char>(i * 7 + prev * 31 + it);
+        unsigned char want = byteOf(prev * kIters + it, i);
         if ((*recv)[i] != want)
           return "iteration " + std::to_string(it) + ", from rank " + std::to_string(prev) + ": element " +
                  std::to_string(i) + " of " + std::to_string(kBytes) + " is " + std::to_string((*recv)[i]) +
@@ -112,10 +118,10 @@ TEST(IbCounters, UnregisteredBuffersRegisterNothingAfterTheFirstOperation) {
       }
       auto mine = std::make_unique<std::vector<float>>(kPiece);
       auto all = std::make_unique<std::vector<float>>(kPiece * n, -1.0f);
-      for (size_t i = 0; i < kPiece; ++i) (*mine)[i] = static_cast<float>(i % 4099) + rank * 5000 + it * 17;
+      for (size_t i = 0; i < kPiece; ++i) (*mine)[i] = static_cast<float>(i + rank * 200000 + it * 17);
       RANK_NCCL(ncclAllGather(mine->data(), all->data(), kPiece, ncclFloat, comm, nullptr));
       for (size_t k = 0; k < kPiece * n; ++k) {
-        float want = static_cast<float>(k % kPiece % 4099) + static_cast<float>(k / kPiece) * 5000 + it * 17;
+        float want = static_cast<float>(k % kPiece + k / kPiece * 200000 + it * 17);  // exact: below 2^24
         if ((*all)[k] != want)
           return "iteration " + std::to_string(it) + ", all-gather: element " + std::to_string(k) + " of " +
                  std::to_string(kPiece * n) + " is " + std::to_string((*all)[k]) + ", expected " +

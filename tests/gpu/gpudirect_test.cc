@@ -17,6 +17,7 @@
 
 #include "device/gpu.h"
 #include "harness/ranks.h"
+#include "verify/reference.h"
 #include "nccl.h"
 
 namespace strata::test {
@@ -25,8 +26,12 @@ namespace {
 constexpr size_t kSizes[] = {(4u << 20) + 12, 16u << 10, 100};  // two puts (STRATA_PUT_BYTES: 16 KiB), one staged
 constexpr int kRounds = 3;
 
+// Byte i of rank's message of `size` in `round` (the reference module's: a chunk at
+// the wrong offset does not match).
 unsigned char pattern(int rank, size_t size, int round, size_t i) {
-  return static_cast<unsigned char>(i * 31 + size + rank * 7 + round * 13);
+  int which = static_cast<int>(std::find(std::begin(kSizes), std::end(kSizes), size) - std::begin(kSizes));
+  int tag = (rank * kRounds + round) * static_cast<int>(std::size(kSizes)) + which;
+  return static_cast<unsigned char>(verify::movedValue(tag, i, ncclUint8));
 }
 
 // Each size: a send to the other rank and a receive from it, on device buffers, checked exactly.
