@@ -29,9 +29,10 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
   PutReceiver* puts() override { return puts_ ? this : nullptr; }
 
   // PutReceiver: each offer is a receive into memory putMemory chose for it once
-  // (the caller's, or a pool buffer copied out on completion). Independent offers wait to be posted together (up to the network's
-  // maxRecvs in one grouped receive) until the rank asks for the oldest's
-  // completion, or a sweep comes; any other offer is posted at once, alone.
+  // (the caller's, or a pool buffer copied out on completion). Independent offers
+  // wait to be posted together (up to the network's maxRecvs in one grouped
+  // receive) until the rank asks for the oldest's completion, or a sweep comes;
+  // any other offer is posted at once, alone.
   bool tryOffer(void* dst, size_t bytes, const Registration& reg, Transfer kind) override {
     bool independent = kind != Transfer::kChained;
     STRATA_REQUIRE(reg.live() && reg.covers(dst, bytes), ncclInvalidUsage,
