@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "transports/transport.h"
@@ -18,6 +19,8 @@ class Task {
   // The rank this task waits for, and whether that rank gave up.
   virtual int waitingOn() const = 0;
   virtual bool peerAborted() const = 0;
+  // When it did because this rank's own connection failed: the transport's error.
+  virtual std::string connectionFailure() const { return {}; }
   // The API call this task belongs to, for messages.
   virtual const char* fn() const = 0;
   // True when `next`, the task after this one in its lane, may begin before this one
@@ -63,6 +66,7 @@ struct Blocker {
     send = nullptr;
   }
   bool aborted() const { return send ? send->peerAborted() : recv && recv->peerAborted(); }
+  std::string failure() const { return send ? send->failure() : recv ? recv->failure() : std::string(); }
 };
 
 // Runs a list of phases over pieces of one operation as a pipeline: phase k of

@@ -142,6 +142,9 @@ class SendConnection {
   virtual void abort() = 0;
   // True when the receiver marked the connection failed.
   virtual bool peerAborted() const = 0;
+  // Why this end's network failed the connection (an error of its own, not the
+  // peer closing or aborting it), for the rank's message; empty otherwise.
+  virtual std::string failure() const { return {}; }
   // True when every posted message has left this process (or can never leave,
   // because the connection failed). Memory transports are flushed at post().
   virtual bool flushed() { return true; }
@@ -160,6 +163,7 @@ class RecvConnection {
   virtual void release() = 0;
   virtual void abort() = 0;
   virtual bool peerAborted() const = 0;
+  virtual std::string failure() const { return {}; }  // as SendConnection's
   // One-sided writes, where the transport has kPut; null otherwise.
   virtual PutReceiver* puts() { return nullptr; }
   // One-sided reads of the sender's memory, where the transport has kGet; null otherwise.

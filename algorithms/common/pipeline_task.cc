@@ -27,6 +27,11 @@ class PipelineTask final : public Task {
       if (next_[k] < tasks_.size() && tasks_[next_[k]][k]->peerAborted()) return true;
     return false;
   }
+  std::string connectionFailure() const override {
+    for (size_t k = 0; k < next_.size(); ++k)
+      if (next_[k] < tasks_.size() && tasks_[next_[k]][k]->peerAborted()) return tasks_[next_[k]][k]->connectionFailure();
+    return {};
+  }
   const char* fn() const override { return tasks_[0][0]->fn(); }
 
  private:

@@ -31,6 +31,7 @@ class DeviceStepsTask final : public Task {
   int waitingOn() const override { return blocked_.peer; }
   const char* fn() const override { return a_.fn; }
   bool peerAborted() const override { return blocked_.aborted(); }
+  std::string connectionFailure() const override { return blocked_.failure(); }
 
  private:
   // A token to every peer, then one from every peer: all ranks finished this step.

@@ -65,6 +65,7 @@ class LlOneShotTask final : public Task {
   const char* fn() const override { return a_.fn; }
   // LL waits only for words from peers; the mesh FIFO from the peer carries its abort flag.
   bool peerAborted() const override { return blocked_.aborted(); }
+  std::string connectionFailure() const override { return blocked_.failure(); }
 
  private:
   char* staging(int j) { return ll_.staging.data() + j * kLlWordsPerSlot * 4; }

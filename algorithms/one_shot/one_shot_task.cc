@@ -50,6 +50,7 @@ class OneShotTask final : public Task {
   int waitingOn() const override { return blocked_.peer; }
   const char* fn() const override { return a_.fn; }
   bool peerAborted() const override { return blocked_.aborted(); }
+  std::string connectionFailure() const override { return blocked_.failure(); }
 
  private:
   // This rank's contribution to its own result: prepared once into scratch for a

@@ -46,6 +46,7 @@ class P2pTask final : public Task {
   bool helpWhileIdle() override { return exposes() && offered_ && !read_ && a_.send->gets()->helpRead(); }
   const char* fn() const override { return a_.fn; }
   bool peerAborted() const override { return a_.send ? a_.send->peerAborted() : a_.recv->peerAborted(); }
+  std::string connectionFailure() const override { return a_.send ? a_.send->failure() : a_.recv->failure(); }
 
  private:
   bool sendOne() {

@@ -38,6 +38,7 @@ class RingTask final : public Task {
   int waitingOn() const override { return blocked_.peer; }
   const char* fn() const override { return a_.fn; }
   bool peerAborted() const override { return blocked_.aborted(); }
+  std::string connectionFailure() const override { return blocked_.failure(); }
   // Through the slots only: one-sided writes use a registration made for the call.
   bool reusable() const override { return !a_.putsIn && !a_.putsOut; }
   void rearm() override {

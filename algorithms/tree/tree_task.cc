@@ -36,6 +36,10 @@ class TreeTask final : public Task {
   bool peerAborted() const override {
     return (up_ < chunks_ && upBlocked_.aborted()) || (down_ < chunks_ && downBlocked_.aborted());
   }
+  std::string connectionFailure() const override {
+    std::string up = up_ < chunks_ ? upBlocked_.failure() : std::string();
+    return !up.empty() || down_ == chunks_ ? up : downBlocked_.failure();
+  }
 
  private:
   size_t countOf(size_t k) const { return std::min(a_.chunk, a_.length - std::min(a_.length, k * a_.chunk)); }

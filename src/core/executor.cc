@@ -376,6 +376,11 @@ void Executor::checkHealth(double idleSec) {
         failAll(ncclRemoteError, format("%s: rank %d: rank %d stopped the operation, after: %s", t.fn(), comm.rank(),
                                         peer, note.why.c_str()),
                 Cause::kTold);
+      std::string broke = t.connectionFailure();  // nobody said why: this rank's own network may have
+      if (!broke.empty())
+        failAll(ncclRemoteError,
+                format("%s: rank %d: the connection with rank %d failed: %s", t.fn(), comm.rank(), peer, broke.c_str()),
+                Cause::kHere, peer);
       failAll(ncclRemoteError,
               format("%s: rank %d: rank %d stopped the operation (it failed, was aborted, or exited)", t.fn(),
                      comm.rank(), peer),

@@ -92,8 +92,13 @@ class NetConnection {
     else
       STRATA_WARN(self_, "net transport (%s): connection with rank %d failed: %s", net_.name().c_str(), peer_,
                   e.what());
+    if (!dynamic_cast<const PeerClosed*>(&e) && failure_.empty()) failure_ = e.what();
     failed_ = true;
     salvage();
+  }
+  std::string failureText() const {
+    std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mu_));
+    return failure_;
   }
   // Under mu_, once failed: takes what the network completed before the failure
   // (the derived end's; it throws nothing).
@@ -243,6 +248,7 @@ class NetConnection {
   int bounceDevice_ = -1;  // deviceBounce_'s GPU: the first a put used
   bool poolFailed_ = false;  // said once
   std::atomic<bool> failed_{false};  // written under mu_, read by peerAborted() without it
+  std::string failure_;              // under mu_: the network's error, when it failed the connection
   std::atomic<bool> wanted_{true};   // needsSweep() as of the last call: lets sweeps skip idle connections
   int self_, peer_;
   std::mutex mu_;

@@ -130,6 +130,7 @@ class NetRecv final : public NetConnection, public RecvConnection, public PutRec
   }
   // Once the connection failed and the rank has taken every message that came before
   // (a sender that is done closes after its last one; that one is still delivered).
+  std::string failure() const override { return failureText(); }
   bool peerAborted() const override {
     if (!failed_) return false;
     std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mu_));

@@ -53,6 +53,7 @@ class NetSend final : public NetConnection, public SendConnection, public PutSen
     closeAll();
   }
   bool peerAborted() const override { return failed_; }
+  std::string failure() const override { return failureText(); }
   bool flushed() override {
     std::lock_guard<std::mutex> lock(mu_);
     progressLocked();
