@@ -12,7 +12,8 @@ constexpr const char* kNames[kMutationCount] = {"",           "ring_chunk_shift"
                                                 "slot_skip",  "gather_swap",      "alltoall_untransposed",
                                                 "kernel_relaxed_flag",            "tree_child_twice",
                                                 "kernel_skip_barrier",            "kernel_ll_one_flag",
-                                                "ib_no_fork_init",                "net_bounce_shift"};
+                                                "ib_no_fork_init",                "net_bounce_shift",
+                                                "ib_own_mtu"};
 
 Mutation parse(const std::string& name) {
   for (int m = 1; m < kMutationCount; ++m)

@@ -15,6 +15,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,12 @@ struct RecvWr {
   std::vector<ibv_sge> sges;
 };
 
+// Where a process's emulated NIC listens (network order address, host order port).
+struct Endpoint {
+  uint32_t ip = 0;
+  uint16_t port = 0;
+};
+
 // The requester's stream to the peer queue pair.
 struct Stream {
   int fd = -1;
@@ -101,6 +108,12 @@ struct Qp {
   ibv_gid destGid{};
   int access = 0;  // qp_access_flags: what peers may do to this QP's memory
   int timeout = 14, retryCnt = 7, rnrRetry = 7, minRnrTimer = 0;
+  // The path set at RTR, which the peer's responder checks against its own.
+  bool global = false;    // a GRH: routed by GID (always on RoCE)
+  ibv_gid sgid{};         // this end's GID at sgid_index (global only)
+  int sgidType = 0;       // its IBV_GID_TYPE_*
+  uint16_t slid = 0, dlid = 0;
+  int pathMtu = 0;        // ibv_mtu
   std::deque<SendWr> pending;   // posted, not yet on the wire
   std::deque<SendWr> inflight;  // on the wire, awaiting the response
   // Send-queue slots of work requests that completed, still taken: as mlx5 frees
@@ -129,16 +142,21 @@ struct State {
   std::map<uint32_t, Qp*> qps;   // by qp_num
   std::map<uint32_t, Mr*> mrs;   // by lkey; rkey = lkey ^ kRkeyBit
   std::vector<Responder> responders;
-  uint32_t nextQpn = 0x100, nextKey = 0x1000;
+  uint32_t nextQpn = 1, nextKey = 0x1000;  // queue pairs: slot << kQpnBits | n
+  int slot = 0;        // this process's slot (emu_address.cc)
+  long slotPid = 0;    // the process that claimed it (a forked child claims its own)
   int listenFd = -1;
   uint32_t ip = 0;       // network order
   uint16_t port = 0;     // host order
   int wakeFd[2] = {-1, -1};
   bool nicStarted = false;
   bool forkSafe = false;  // ibv_fork_init was called
+  std::set<uint32_t> refused;  // queue pairs that refused a peer's path (said once each)
 };
 
 constexpr uint32_t kRkeyBit = 0x00800000;
+constexpr int kSlots = 1024;   // processes with an emulated NIC at once on one machine
+constexpr int kQpnBits = 14;   // queue pairs per process: 2^14 - 1
 
 State& state();
 double nowSec();
@@ -154,8 +172,18 @@ void nicPassLocked(std::unique_lock<std::mutex>* lock, int timeoutMs);
 void setQpError(Qp* q);  // under state().mu: flushes everything outstanding
 // `frees`: the send-queue slots of wc.qp_num that polling this entry frees.
 void pushWc(Cq* cq, const ibv_wc& wc, uint32_t frees = 0);
-// The GID a port reports at `index`: fe80::, the IPv4 address, the port, the device.
-ibv_gid localGid(int device, int index);
+
+// emu_address.cc: the ports' addresses, and where each process's NIC listens.
+void claimSlot();  // under state().mu, when the NIC starts (again, in a forked child)
+// The NIC owning queue pair `qpn`; false when no live process claims it.
+bool findEndpoint(uint32_t qpn, Endpoint* e);
+bool infiniband();  // STRATA_VERBS_EMU_LINK_LAYER=ib
+int gidTableLength();
+ibv_mtu activeMtu();  // STRATA_VERBS_EMU_MTU
+uint16_t localLid(int device);  // 0 on Ethernet
+// The port's GID at `index` and its IBV_GID_TYPE_*; false when there is none.
+bool localGidAt(int device, int index, ibv_gid* gid, int* type);
+bool ipv4Mapped(const ibv_gid& g);
 
 // The port's max_msg_sz: STRATA_VERBS_EMU_MAX_MSG bytes (default 1 GiB, as mlx5
 // reports); a larger work request completes with IBV_WC_LOC_LEN_ERR.

@@ -247,14 +247,14 @@ __attribute__((visibility("default"))) int ibv_query_device(ibv_context*, ibv_de
   return 0;
 }
 
-__attribute__((visibility("default"))) int(ibv_query_port)(ibv_context*, uint8_t port, _compat_ibv_port_attr* out) {
+__attribute__((visibility("default"))) int(ibv_query_port)(ibv_context* c, uint8_t port, _compat_ibv_port_attr* out) {
   if (port != 1) return EINVAL;
   auto* a = reinterpret_cast<ibv_port_attr*>(out);
   memset(a, 0, sizeof(*a));
   a->state = IBV_PORT_ACTIVE;
   a->max_mtu = IBV_MTU_4096;
-  a->active_mtu = IBV_MTU_4096;
-  a->gid_tbl_len = 2;
+  a->active_mtu = activeMtu();
+  a->gid_tbl_len = gidTableLength();
   a->max_msg_sz = maxMessage();
   a->pkey_tbl_len = 1;
   a->active_width = 2;   // 4x
@@ -262,26 +262,33 @@ __attribute__((visibility("default"))) int(ibv_query_port)(ibv_context*, uint8_t
   // STRATA_VERBS_EMU_SPEED: another code; 0 as the kernel reports XDR to rdma-core before active_speed_ex.
   if (const char* v = getenv("STRATA_VERBS_EMU_SPEED")) a->active_speed = static_cast<uint8_t>(atoi(v));
   a->phys_state = 5;     // LinkUp
-  a->link_layer = IBV_LINK_LAYER_ETHERNET;
+  a->link_layer = infiniband() ? IBV_LINK_LAYER_INFINIBAND : IBV_LINK_LAYER_ETHERNET;
+  if (infiniband()) {
+    std::lock_guard<std::mutex> lock(state().mu);
+    a->lid = localLid(reinterpret_cast<Context*>(c)->device->index);
+    a->sm_lid = 1;
+  }
   return 0;
 }
 
 __attribute__((visibility("default"))) int ibv_query_gid(ibv_context* c, uint8_t port, int index, ibv_gid* gid) {
-  if (port != 1 || index < 0 || index > 1) return EINVAL;
   std::lock_guard<std::mutex> lock(state().mu);
-  *gid = localGid(reinterpret_cast<Context*>(c)->device->index, index);
+  int type = 0;
+  if (port != 1 || !localGidAt(reinterpret_cast<Context*>(c)->device->index, index, gid, &type)) return EINVAL;
   return 0;
 }
 
 __attribute__((visibility("default"))) int _ibv_query_gid_ex(ibv_context* c, uint32_t port, uint32_t index,
                                                              ibv_gid_entry* e, uint32_t flags, size_t size) {
-  if (flags || size < sizeof(ibv_gid_entry) || port != 1 || index > 1) return EINVAL;
+  if (flags || size < sizeof(ibv_gid_entry) || port != 1 || index > 255) return EINVAL;
   std::lock_guard<std::mutex> lock(state().mu);
   memset(e, 0, sizeof(*e));
-  e->gid = localGid(reinterpret_cast<Context*>(c)->device->index, static_cast<int>(index));
+  int type = 0;
+  if (!localGidAt(reinterpret_cast<Context*>(c)->device->index, static_cast<int>(index), &e->gid, &type))
+    return EINVAL;
   e->gid_index = index;
   e->port_num = port;
-  e->gid_type = index == 0 ? IBV_GID_TYPE_ROCE_V1 : IBV_GID_TYPE_ROCE_V2;
+  e->gid_type = static_cast<uint32_t>(type);
   return 0;
 }
 
@@ -399,6 +406,29 @@ __attribute__((visibility("default"))) int ibv_destroy_cq(ibv_cq* cq) {
   return 0;
 }
 
+// The path of a queue pair going to RTR, refused (EINVAL) as the driver refuses it:
+// a path MTU out of range, RoCE without a GRH or with a GID the port lacks,
+// InfiniBand without a destination LID. What the driver accepts but a fabric
+// would not deliver (a GID or LID of someone else, a path MTU over a port's) is
+// the peer's responder's to refuse.
+int setPath(Qp* q, const ibv_qp_attr& a) {
+  if (a.path_mtu < IBV_MTU_256 || a.path_mtu > IBV_MTU_4096) return EINVAL;
+  int device = reinterpret_cast<Context*>(q->qp.context)->device->index;
+  const ibv_ah_attr& ah = a.ah_attr;
+  q->global = ah.is_global;
+  q->sgid = ibv_gid{};
+  q->sgidType = 0;
+  if (ah.is_global && !localGidAt(device, ah.grh.sgid_index, &q->sgid, &q->sgidType)) return EINVAL;
+  if (infiniband() ? ah.dlid == 0 : !ah.is_global) return EINVAL;
+  q->slid = localLid(device);
+  q->dlid = ah.dlid;
+  q->pathMtu = a.path_mtu;
+  q->destQpn = a.dest_qp_num;
+  q->destGid = ah.is_global ? ah.grh.dgid : ibv_gid{};
+  q->minRnrTimer = a.min_rnr_timer;
+  return 0;
+}
+
 __attribute__((visibility("default"))) ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* a) {
   if (a->qp_type != IBV_QPT_RC || !a->send_cq || !a->recv_cq || a->srq || a->cap.max_send_wr < 1 ||
       a->cap.max_send_wr > 32768 || a->cap.max_recv_wr > 32768 || a->cap.max_send_sge > 30 ||
@@ -414,7 +444,12 @@ __attribute__((visibility("default"))) ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_
   q->qp.pd = pd;
   q->qp.send_cq = a->send_cq;
   q->qp.recv_cq = a->recv_cq;
-  q->qp.qp_num = state().nextQpn++;
+  if (state().nextQpn >= (1u << kQpnBits)) {
+    delete q;
+    errno = ENOMEM;  // this process's queue pair numbers are used up
+    return nullptr;
+  }
+  q->qp.qp_num = static_cast<uint32_t>(state().slot) << kQpnBits | state().nextQpn++;
   q->qp.state = IBV_QPS_RESET;
   q->qp.qp_type = IBV_QPT_RC;
   q->cap = a->cap;
@@ -430,10 +465,8 @@ __attribute__((visibility("default"))) int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr
   int need = requiredMask(q->qp.state, a->qp_state);
   if (need < 0 || (mask & need) != need) return EINVAL;
   if (a->qp_state == IBV_QPS_RTR) {
-    if (!a->ah_attr.is_global || a->ah_attr.grh.dgid.raw[0] != 0xfe) return EINVAL;  // RoCE: a GRH with our GID
-    q->destQpn = a->dest_qp_num;
-    q->destGid = a->ah_attr.grh.dgid;
-    q->minRnrTimer = a->min_rnr_timer;
+    int rc = setPath(q, *a);
+    if (rc) return rc;
   }
   if (a->qp_state == IBV_QPS_INIT) q->access = a->qp_access_flags;
   if (a->qp_state == IBV_QPS_RTS && q->qp.state == IBV_QPS_RTR) {

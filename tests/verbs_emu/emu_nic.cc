@@ -3,7 +3,7 @@
 // memory, checking keys, ranges and access as hardware does.
 //
 // Wire, per requester queue pair (one TCP stream to the peer's process):
-//   hello {magic, src qpn, dst qpn}        -> {magic, 0 ready | 1 not ready}
+//   hello {magic, src qpn, dst qpn, path}  -> {magic, 0 ready | 1 not ready or not for this QP}
 //   request {op, len, addr, rkey, imm, rnr_retry} [+ len bytes for writes and sends]
 //                                          -> {status, len} [+ len bytes for reads]
 // Responses come back in order; the requester completes its work requests in
@@ -129,11 +129,20 @@ bool openStream(Qp* q) {
   Stream& s = q->stream;
   double now = nowSec();
   if (now < s.nextTry) return true;
+  // The window counts from the first try; tries refused by the peer (its queue pair
+  // not ready, or a path it would not deliver) count as unanswered ones.
   if (s.retryUntil == 0) s.retryUntil = now + retryWindow(q);
+  else if (now >= s.retryUntil) return false;
+  Endpoint to;
+  // Nobody owns the destination QPN, or this port cannot send the path's MTU: nothing answers.
+  if (!findEndpoint(q->destQpn, &to) || q->pathMtu > activeMtu()) {
+    s.nextTry = now + 0.001;
+    return now < s.retryUntil;
+  }
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  memcpy(&a.sin_addr.s_addr, q->destGid.raw + 8, 4);
-  memcpy(&a.sin_port, q->destGid.raw + 12, 2);
+  a.sin_addr.s_addr = to.ip;
+  a.sin_port = htons(to.port);
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -149,7 +158,18 @@ bool openStream(Qp* q) {
   s.helloDone = false;
   s.in.clear();
   s.out.clear();
-  append(&s.out, Hello{kMagic, q->qp.qp_num, q->destQpn, 0});
+  Hello h{};
+  h.magic = kMagic;
+  h.srcQpn = q->qp.qp_num;
+  h.dstQpn = q->destQpn;
+  h.global = q->global;
+  h.gidType = static_cast<uint8_t>(q->sgidType);
+  h.pathMtu = static_cast<uint8_t>(q->pathMtu);
+  h.slid = q->slid;
+  h.dlid = q->dlid;
+  memcpy(h.sgid, q->sgid.raw, 16);
+  memcpy(h.dgid, q->destGid.raw, 16);
+  append(&s.out, h);
   return true;
 }
 
@@ -343,18 +363,6 @@ void nicPassLocked(std::unique_lock<std::mutex>* lock, int timeoutMs) {
   }
 }
 
-ibv_gid localGid(int device, int index) {
-  ibv_gid g{};
-  g.raw[0] = 0xfe;
-  g.raw[1] = 0x80;
-  memcpy(g.raw + 8, &state().ip, 4);
-  uint16_t port = htons(state().port);
-  memcpy(g.raw + 12, &port, 2);
-  g.raw[14] = static_cast<uint8_t>(device);
-  g.raw[15] = static_cast<uint8_t>(index);
-  return g;
-}
-
 namespace {
 
 // fork(): the child gets no NIC thread and must not share the parent's streams or
@@ -408,6 +416,7 @@ void startNic() {
       getsockname(s.listenFd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
     abort();
   s.port = ntohs(a.sin_port);
+  claimSlot();
   setNonBlocking(s.listenFd);
   if (pipe(s.wakeFd) != 0) abort();
   setNonBlocking(s.wakeFd[0]);

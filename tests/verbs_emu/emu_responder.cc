@@ -1,5 +1,6 @@
 // The emulated NIC's responder: applies the requests peers send to this process's
 // memory (keys, ranges and access checked as hardware does) and answers each.
+#include <stdio.h>
 #include <string.h>
 
 #include <algorithm>
@@ -101,6 +102,28 @@ bool applyOne(Responder& r, Qp* q, const Request& req, const char* payload) {
 // The bytes of a request on the wire: its header, and the payload a write or send carries.
 size_t wireBytes(const Request& req) { return sizeof(req) + (req.op != IBV_WR_RDMA_READ ? req.len : 0); }
 
+// Why a fabric would not deliver what the requester of `h` sends to the responder
+// queue pair `q` (null: it would). Each end's path is its own at RTR; they must
+// describe one another, with the same kind of header and GID, and no packet
+// larger than either path or port allows.
+const char* pathMismatch(const Hello& h, const Qp& q) {
+  if (h.global != q.global) return "one end sends a GRH (routes by GID), the other routes by LID";
+  if (h.pathMtu > q.pathMtu || h.pathMtu > activeMtu()) return "the requester's path MTU is larger than this end's";
+  if (h.global) {
+    if (memcmp(h.dgid, q.sgid.raw, 16) != 0) return "the destination GID is not this queue pair's source GID";
+    if (memcmp(h.sgid, q.destGid.raw, 16) != 0) return "the source GID is not this queue pair's destination GID";
+    if (h.gidType != q.sgidType) return "the two ends use GIDs of different types (RoCE v1 and v2)";
+    ibv_gid s, d;
+    memcpy(s.raw, h.sgid, 16);
+    memcpy(d.raw, h.dgid, 16);
+    if (h.gidType == IBV_GID_TYPE_ROCE_V2 && ipv4Mapped(s) != ipv4Mapped(d))
+      return "RoCE v2 from an IPv4 GID to an IPv6 one (or back): no packet can be both";
+  } else if (h.dlid != q.slid || h.slid != q.dlid) {
+    return "the destination LID is not this port's, or the source LID not this queue pair's destination";
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 // False when the stream must close (hello refused, or the queue pair is gone or broken).
@@ -123,6 +146,14 @@ bool driveResponder(Responder& r) {
     auto it = state().qps.find(h.dstQpn);
     bool ready = h.magic == kMagic && it != state().qps.end() && it->second->destQpn == h.srcQpn &&
                  (it->second->qp.state == IBV_QPS_RTR || it->second->qp.state == IBV_QPS_RTS);
+    if (ready) {
+      if (const char* why = pathMismatch(h, *it->second)) {
+        // Hardware drops such packets silently; the emulator says why, once per queue pair.
+        if (state().refused.insert(h.dstQpn).second)
+          fprintf(stderr, "verbs_emu: QP 0x%x drops what QP 0x%x sends: %s\n", h.dstQpn, h.srcQpn, why);
+        ready = false;
+      }
+    }
     append(&r.out, HelloAck{kMagic, ready ? 0u : 1u});
     flushOut(r.fd, &r.out);
     if (!ready) return false;

@@ -1,6 +1,6 @@
 // The emulated NIC's wire between processes (emu_nic.cc: the requester side;
 // emu_responder.cc: the responder side) and the stream helpers both use.
-//   hello {magic, src qpn, dst qpn}        -> {magic, 0 ready | 1 not ready}
+//   hello {magic, src qpn, dst qpn, path}  -> {magic, 0 ready | 1 not ready or not for this QP}
 //   request {op, len, addr, rkey, imm, rnr_retry} [+ len bytes for writes and sends]
 //                                          -> {status, len} [+ len bytes for reads]
 #pragma once
@@ -15,8 +15,13 @@ namespace verbs_emu {
 
 inline constexpr uint32_t kMagic = 0x53564d55;  // "SVMU"
 
+// With the requester's path, which the responder checks against its own queue
+// pair's (emu_responder.cc): what a fabric would not deliver is refused.
 struct Hello {
-  uint32_t magic, srcQpn, dstQpn, pad;
+  uint32_t magic, srcQpn, dstQpn;
+  uint8_t global, gidType, pathMtu, pad;
+  uint16_t slid, dlid;
+  uint8_t sgid[16], dgid[16];
 };
 struct HelloAck {
   uint32_t magic, status;

@@ -6,6 +6,8 @@
 
 #include "base/config.h"
 #include "base/error.h"
+#include "base/mutation.h"
+#include "transports/ib/gid_choice.h"
 
 namespace strata::transport::ib {
 
@@ -68,20 +70,27 @@ void QpSet::connectTo(const WireInfo& peer) {
                  "IB: %s:%d is %s but %s (pid %u) uses %s: the two cannot talk", port->device.c_str(), port->port,
                  port->roce ? "RoCE" : "InfiniBand", peerHost.c_str(), peerPid,
                  peer.linkLayer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand");
+  ibv_mtu mtu = static_cast<ibv_mtu>(std::min<int>(peer.mtu, port->attr.active_mtu));
+  if (mutated(Mutation::kIbOwnMtu)) mtu = port->attr.active_mtu;
+  const bool sameSubnet = memcmp(peer.gid, port->gid.raw, 8) == 0;  // the subnet prefix
+  const bool grh = port->roce || !sameSubnet;  // RoCE always routes by GID; InfiniBand across subnets
+  ibv_gid dgid;
+  memcpy(dgid.raw, peer.gid, 16);
+  route = format("path MTU %d, %s", 128 << mtu,
+                 grh ? ("GRH to " + gidText(dgid)).c_str() : format("LID 0x%x", peer.lid).c_str());
   for (int i = 0; i < nqps; ++i) {
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = static_cast<ibv_mtu>(std::min<int>(peer.mtu, port->attr.active_mtu));
+    a.path_mtu = mtu;
     a.dest_qp_num = peer.qpn[i];
     a.rq_psn = 0;
     a.max_dest_rd_atomic = 1;
     a.min_rnr_timer = 12;  // 0.64 ms between receiver-not-ready retries
     a.ah_attr.port_num = static_cast<uint8_t>(port->port);
     a.ah_attr.sl = static_cast<uint8_t>(config().ibSl);
-    bool sameSubnet = memcmp(peer.gid, port->gid.raw, 8) == 0;  // the subnet prefix
-    if (port->roce || !sameSubnet) {  // RoCE always routes by GID; InfiniBand across subnets
+    if (grh) {
       a.ah_attr.is_global = 1;
-      memcpy(a.ah_attr.grh.dgid.raw, peer.gid, 16);
+      a.ah_attr.grh.dgid = dgid;
       a.ah_attr.grh.sgid_index = static_cast<uint8_t>(port->gidIndex);
       a.ah_attr.grh.hop_limit = 255;
       a.ah_attr.grh.traffic_class = static_cast<uint8_t>(config().ibTc);

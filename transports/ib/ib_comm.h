@@ -62,6 +62,7 @@ struct QpSet {
   ibv_qp* qps[kMaxQps] = {};
   std::string peerHost;
   uint32_t peerPid = 0;
+  std::string route;  // after connectTo: "path MTU 1024, LID 0x12" or "..., GRH to <gid>", for the log
 
   // A CQ and `nqps` queue pairs in INIT; throws ncclSystemError naming the call.
   void create(const Port& p, int queuePairs);

@@ -108,8 +108,8 @@ class IbNetwork final : public net::Network {
       throw;
     }
     h->pending = 0;
-    STRATA_INFO(kSubsysNet, -1, "IB: connected to %s with %d queue pairs%s%s", c->q.where(0).c_str(), c->q.nqps,
-                c->split ? ", messages split over them" : "",
+    STRATA_INFO(kSubsysNet, -1, "IB: connected to %s with %d queue pairs (%s)%s%s", c->q.where(0).c_str(), c->q.nqps,
+                c->q.route.c_str(), c->split ? ", messages split over them" : "",
                 c->ar ? format(", adaptive routing above %zu bytes", config().ibArThreshold).c_str() : "");
     return c;
   }
