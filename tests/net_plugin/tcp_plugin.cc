@@ -102,6 +102,13 @@ ncclResult_t devices(int* n) {
   return ncclSuccess;
 }
 
+// STRATA_TEST_PLUGIN_DEVICE_TYPE=N: the device says netDeviceType N, and connections
+// hand back a device handle of that type (as a plugin that unpacks on the GPU does).
+int deviceType() {
+  const char* v = getenv("STRATA_TEST_PLUGIN_DEVICE_TYPE");
+  return v ? atoi(v) : 0;
+}
+
 template <typename Props>
 ncclResult_t properties(int dev, Props* p) {
   if (dev != 0) return ncclInvalidArgument;
@@ -116,7 +123,15 @@ ncclResult_t properties(int dev, Props* p) {
   p->latency = 0;
   p->maxComms = 65536;
   p->maxRecvs = 1;
+  p->netDeviceType = static_cast<decltype(p->netDeviceType)>(deviceType());
   return ncclSuccess;
+}
+
+ncclResult_t handBack(ncclResult_t r, ncclNetDeviceHandle_t** devComm) {
+  static ncclNetDeviceHandle_t unpack{};
+  unpack.netDeviceType = static_cast<decltype(unpack.netDeviceType)>(deviceType());
+  if (r == ncclSuccess && devComm && deviceType() != 0) *devComm = &unpack;
+  return r;
 }
 
 ncclResult_t listenOn(int dev, void* handle, void** listenComm) {
@@ -351,8 +366,10 @@ __attribute__((visibility("default"))) ncclNet_v8_t ncclNetPlugin_v8 = {
     devices,
     properties<ncclNetProperties_v8_t>,
     listenOn,
-    [](int dev, void* handle, void** sendComm, ncclNetDeviceHandle_t**) { return connectTo(dev, handle, sendComm); },
-    [](void* l, void** recvComm, ncclNetDeviceHandle_t**) { return acceptFrom(l, recvComm); },
+    [](int dev, void* handle, void** sendComm, ncclNetDeviceHandle_t** d) {
+      return handBack(connectTo(dev, handle, sendComm), d);
+    },
+    [](void* l, void** recvComm, ncclNetDeviceHandle_t** d) { return handBack(acceptFrom(l, recvComm), d); },
     regMr,
     regMrDmaBuf,
     deregMr,
@@ -381,10 +398,10 @@ __attribute__((visibility("default"))) ncclNet_v11_t ncclNetPlugin_v11 = {
     devices,
     properties<ncclNetProperties_v11_t>,
     [](void* ctx, int dev, void* handle, void** l) { return ctx ? listenOn(dev, handle, l) : ncclInvalidArgument; },
-    [](void* ctx, int dev, void* handle, void** sendComm, ncclNetDeviceHandle_t**) {
-      return ctx ? connectTo(dev, handle, sendComm) : ncclInvalidArgument;
+    [](void* ctx, int dev, void* handle, void** sendComm, ncclNetDeviceHandle_t** d) {
+      return ctx ? handBack(connectTo(dev, handle, sendComm), d) : ncclInvalidArgument;
     },
-    [](void* l, void** recvComm, ncclNetDeviceHandle_t**) { return acceptFrom(l, recvComm); },
+    [](void* l, void** recvComm, ncclNetDeviceHandle_t** d) { return handBack(acceptFrom(l, recvComm), d); },
     regMr,
     regMrDmaBuf,
     deregMr,

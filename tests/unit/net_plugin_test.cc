@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -116,6 +117,40 @@ TEST_P(NetPlugin, PropertiesAndOneConnection) {
   }
   net_->deregMr(recv, rmh);
   net_->closeRecv(recv);
+  net_->closeListen(listen);
+}
+
+// A plugin whose devices want their receives unpacked by GPU kernels (TCPX/FasTrak
+// style, netDeviceType UNPACK): Strata says it cannot serve it, and refuses a
+// connection that hands back a device handle (closing it) rather than misread data.
+TEST_P(NetPlugin, AnUnpackDeviceIsRefusedByName) {
+  EXPECT_EQ(unservable(*net_), "");
+  setenv("STRATA_TEST_PLUGIN_DEVICE_TYPE", "1", 1);
+  std::string why = unservable(*net_);
+  EXPECT_NE(why.find("device 0 (tcp0) is of netDeviceType 1"), std::string::npos) << why;
+  EXPECT_NE(why.find("UNPACK"), std::string::npos) << why;
+  char handle[kHandleBytes] = {};
+  void* listen = net_->listen(0, handle);
+  std::string connectError, acceptError;
+  until([&]() -> void* {
+    try {
+      if (connectError.empty()) net_->connect(0, handle);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ncclInvalidUsage);
+      connectError = e.what();
+    }
+    try {
+      if (acceptError.empty()) net_->accept(listen);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ncclInvalidUsage);
+      acceptError = e.what();
+    }
+    return connectError.empty() || acceptError.empty() ? nullptr : listen;
+  });
+  unsetenv("STRATA_TEST_PLUGIN_DEVICE_TYPE");
+  EXPECT_NE(connectError.find("connect returned a device handle (netDeviceType 1)"), std::string::npos)
+      << connectError;
+  EXPECT_NE(acceptError.find("accept returned a device handle (netDeviceType 1)"), std::string::npos) << acceptError;
   net_->closeListen(listen);
 }
 

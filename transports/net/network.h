@@ -46,6 +46,7 @@ struct DeviceProperties {
   float latencyUs = 0;
   int maxComms = 0;
   int maxRecvs = 1;  // receives one irecv may group
+  int deviceType = 0;  // netDeviceType: 0 host; 1 UNPACK (receives unpacked by GPU kernels), which Strata cannot serve
 };
 
 // What a network did in this process, where it counts it (IB): Strata's net

@@ -30,6 +30,10 @@ void pluginLog(int level, unsigned long /*flags*/, const char* file, int line, c
   logLine(l, kSubsysNet, -1, "net plugin: %s (%s:%d)", buf, file ? file : "?", line);
 }
 
+constexpr const char* kNoDeviceNetwork =
+    "its receives must be unpacked by GPU kernels (NCCL's netDeviceType UNPACK, as the GPUDirect TCPX and FasTrak "
+    "plugins need), which Strata does not implement";
+
 // One loaded plugin table, whichever version, behind the Network interface.
 class PluginNet final : public Network {
  public:
@@ -78,11 +82,13 @@ class PluginNet final : public Network {
       check(t_.v8.getProperties(dev, &p.v8), "getProperties");
       fill(&d, p.v8.name, p.v8.pciPath, p.v8.guid, p.v8.ptrSupport, p.v8.speed, p.v8.port, p.v8.latency,
            p.v8.maxComms, p.v8.maxRecvs);
+      d.deviceType = p.v8.netDeviceType;
     } else {
       auto get = version_ == 9 ? t_.v9.getProperties : version_ == 10 ? t_.v10.getProperties : t_.v11.getProperties;
       check(get(dev, &p.v9), "getProperties");
       fill(&d, p.v9.name, p.v9.pciPath, p.v9.guid, p.v9.ptrSupport, p.v9.speed, p.v9.port, p.v9.latency,
            p.v9.maxComms, p.v9.maxRecvs);
+      d.deviceType = p.v9.netDeviceType;
     }
     return d;
   }
@@ -106,6 +112,7 @@ class PluginNet final : public Network {
       r = t_.v8.connect(dev, handle, &comm, &devComm);
     }
     check(r, "connect");
+    refuseDeviceHandle(comm, devComm, "connect", &abi::NetV8::closeSend);
     return comm;
   }
 
@@ -113,6 +120,7 @@ class PluginNet final : public Network {
     void* comm = nullptr;
     abi::DeviceHandle* devComm = nullptr;
     check(t_.v8.accept(listenComm, &comm, &devComm), "accept");
+    refuseDeviceHandle(comm, devComm, "accept", &abi::NetV8::closeRecv);
     return comm;
   }
 
@@ -215,6 +223,16 @@ class PluginNet final : public Network {
     d->maxComms = maxComms;
     d->maxRecvs = maxRecvs > 0 ? std::min(maxRecvs, kMaxRecvs) : 1;  // Strata groups at most kMaxRecvs
   }
+  // A connection whose receives the plugin wants unpacked on the GPU (it handed back
+  // a device handle): closed, and refused.
+  void refuseDeviceHandle(void* comm, const abi::DeviceHandle* devComm, const char* call,
+                          ncclResult_t (*abi::NetV8::*close)(void*)) {
+    if (!comm || !devComm) return;
+    int type = devComm->netDeviceType;
+    (t_.v8.*close)(comm);
+    fail(ncclInvalidUsage, "net plugin %s: %s returned a device handle (netDeviceType %d): %s", name_.c_str(), call,
+         type, kNoDeviceNetwork);
+  }
   void check(ncclResult_t r, const char* call) const {
     if (r != ncclSuccess)
       fail(r == ncclRemoteError ? ncclRemoteError : ncclSystemError, "net plugin %s: %s failed (%s)", name_.c_str(),
@@ -267,6 +285,12 @@ std::unique_ptr<Network> load() {
       STRATA_INFO(kSubsysNet | kSubsysInit, -1, "net plugin %s (%s) has no devices", p->name().c_str(), file.c_str());
       continue;
     }
+    std::string why = unservable(*p);
+    if (!why.empty()) {
+      STRATA_WARN(-1, "net plugin %s (%s) not used: %s; the built-in networks are", p->name().c_str(), file.c_str(),
+                  why.c_str());
+      continue;
+    }
     STRATA_INFO(kSubsysNet | kSubsysInit, -1, "NET/Plugin: using %s (%s, interface v%d, %d devices; first: %s, %d Mbit/s)",
                 p->name().c_str(), file.c_str(), version, n, p->properties(0).name.c_str(),
                 p->properties(0).speedMbps);
@@ -285,6 +309,16 @@ std::unique_ptr<Network> openPlugin(const std::string& file, int* version) {
   if (!p || !p->init()) return nullptr;
   if (version) *version = p->version();
   return p;
+}
+
+std::string unservable(Network& net) {
+  int n = net.devices();
+  for (int d = 0; d < n; ++d) {
+    DeviceProperties p = net.properties(d);
+    if (p.deviceType != 0)
+      return format("device %d (%s) is of netDeviceType %d: %s", d, p.name.c_str(), p.deviceType, kNoDeviceNetwork);
+  }
+  return {};
 }
 
 std::vector<std::string> pluginCandidates(const std::string& value, bool set) {

@@ -24,4 +24,9 @@ std::vector<std::string> pluginCandidates(const std::string& value, bool set);
 // *version gets the interface used.
 std::unique_ptr<Network> openPlugin(const std::string& file, int* version = nullptr);
 
+// Why Strata cannot use a loaded plugin (empty: it can): a device whose receives the
+// plugin unpacks with GPU kernels (netDeviceType UNPACK). Such a plugin is skipped
+// with a warning, and a connection that returns a device handle is refused.
+std::string unservable(Network& net);
+
 }  // namespace strata::transport::net
