@@ -27,10 +27,10 @@ class PipelineTask final : public Task {
       if (next_[k] < tasks_.size() && tasks_[next_[k]][k]->peerAborted()) return true;
     return false;
   }
+  // The connection of the peer waitingOn() names (the earliest unfinished phase's).
   std::string connectionFailure() const override {
-    for (size_t k = 0; k < next_.size(); ++k)
-      if (next_[k] < tasks_.size() && tasks_[next_[k]][k]->peerAborted()) return tasks_[next_[k]][k]->connectionFailure();
-    return {};
+    const Task* t = current();
+    return t ? t->connectionFailure() : std::string();
   }
   const char* fn() const override { return tasks_[0][0]->fn(); }
 

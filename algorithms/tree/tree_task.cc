@@ -36,9 +36,9 @@ class TreeTask final : public Task {
   bool peerAborted() const override {
     return (up_ < chunks_ && upBlocked_.aborted()) || (down_ < chunks_ && downBlocked_.aborted());
   }
+  // The connection of the peer waitingOn() names (a failure elsewhere reads as that peer's).
   std::string connectionFailure() const override {
-    std::string up = up_ < chunks_ ? upBlocked_.failure() : std::string();
-    return !up.empty() || down_ == chunks_ ? up : downBlocked_.failure();
+    return up_ < chunks_ ? upBlocked_.failure() : downBlocked_.failure();
   }
 
  private:
