@@ -227,7 +227,7 @@ class PluginNet final : public Network {
   // a device handle): closed, and refused.
   void refuseDeviceHandle(void* comm, const abi::DeviceHandle* devComm, const char* call,
                           ncclResult_t (*abi::NetV8::*close)(void*)) {
-    if (!comm || !devComm) return;
+    if (!comm || !devComm || devComm->netDeviceType == 0) return;  // none, or a host one: nothing to unpack
     int type = devComm->netDeviceType;
     (t_.v8.*close)(comm);
     fail(ncclInvalidUsage, "net plugin %s: %s returned a device handle (netDeviceType %d): %s", name_.c_str(), call,
@@ -285,7 +285,12 @@ std::unique_ptr<Network> load() {
       STRATA_INFO(kSubsysNet | kSubsysInit, -1, "net plugin %s (%s) has no devices", p->name().c_str(), file.c_str());
       continue;
     }
-    std::string why = unservable(*p);
+    std::string why;
+    try {
+      why = unservable(*p);
+    } catch (const Error& e) {
+      why = e.what();
+    }
     if (!why.empty()) {
       STRATA_WARN(-1, "net plugin %s (%s) not used: %s; the built-in networks are", p->name().c_str(), file.c_str(),
                   why.c_str());
