@@ -38,6 +38,7 @@ kernel_ll_one_flag|STRATA_GPU_SIM=4 STRATA_GPU_SIM_STRICT=1 STRATA_GPU_SIM_WEAK=
 ib_no_fork_init||tests/ib_api_test --gtest_filter=IbFork.ChildrenForkedDuringTransfersChangeNothing|element [0-9]+ of [0-9]+ is .*expected|made no progress for [0-9]+ s
 net_bounce_shift||tests/ib_api_test --gtest_filter=IbCounters.UnregisteredBuffersRegisterNothingAfterTheFirstOperation
 net_bounce_shift|STRATA_GPU_SIM=1|tests/gpudirect_test --gtest_filter=GpuDirectRdma.SendRecvBetweenNodesMoveGpuToGpuThroughTheNic
+ib_no_gdr_flush|STRATA_GPU_SIM=1|tests/gpudirect_test --gtest_filter=GpuDirectRdma.SendRecvBetweenNodesMoveGpuToGpuThroughTheNic
 ib_own_mtu|NCCL_NET=IB STRATA_IBVERBS_LIB=lib/test-plugins/libstrata-verbs-emu.so STRATA_VERBS_EMU_MTU=mixed NCCL_IB_TIMEOUT=14|tests/collectives_test --gtest_filter=Loopback/FakeNodes.ExactResults/2x2|the connection with rank [0-9]+ failed: IB: .*transport retry counter exceeded
 EOF
 

@@ -23,11 +23,12 @@ enum class Mutation {
   kIbNoForkInit,           // the IB network never calls ibv_fork_init: forks leave registered pages copy-on-write
   kNetBounceShift,         // a put received through the library's registered buffer is copied out one byte further on
   kIbOwnMtu,               // an IB connection's path MTU is its own port's, not the smaller of the two ends'
+  kIbNoGdrFlush,           // a receive into device memory over IB is not flushed before the GPU reads it
 };
 
 // The names STRATA_MUTATION takes, in enum order (kNone is "").
 const char* mutationName(Mutation m);
-constexpr int kMutationCount = 13;
+constexpr int kMutationCount = 14;
 
 #ifdef STRATA_MUTATIONS
 constexpr bool kMutationsBuilt = true;

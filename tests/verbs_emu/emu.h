@@ -43,6 +43,12 @@ struct Mr {
   char* host = nullptr;
   void* mapping = nullptr;
   size_t mapped = 0;
+  // Writes the NIC made into device memory (a dma-buf region) that the device does not
+  // see yet (emu_wire.cc landInto): on hardware they cross PCIe to the GPU in no order
+  // against the completion the CPU polls, so a consumer reads through the NIC first
+  // (GPUDirect's flush). Applied in order when the NIC next reads the region.
+  std::vector<std::pair<uint64_t, std::string>> held;
+  size_t heldBytes = 0;
   // Registered after ibv_fork_init: MADV_DONTFORK, so a fork leaves its pages alone.
   bool dontFork = false;
   // Copy-on-write after a fork without that (kernels before 5.13): the pages the NIC
@@ -144,7 +150,9 @@ struct State {
   std::vector<Responder> responders;
   uint32_t nextQpn = 1, nextKey = 0x1000;  // queue pairs: slot << kQpnBits | n
   int slot = 0;        // this process's slot (emu_address.cc)
+  int slotFd = -1;     // its file, locked while this process lives
   long slotPid = 0;    // the process that claimed it (a forked child claims its own)
+  std::map<int, std::pair<Endpoint, double>> endpoints;  // peers' slots read, and when
   int listenFd = -1;
   uint32_t ip = 0;       // network order
   uint16_t port = 0;     // host order
@@ -181,6 +189,7 @@ bool infiniband();  // STRATA_VERBS_EMU_LINK_LAYER=ib
 int gidTableLength();
 ibv_mtu activeMtu();  // STRATA_VERBS_EMU_MTU
 uint16_t localLid(int device);  // 0 on Ethernet
+uint16_t localFlid(int device);  // the LID that routes to the port from other subnets
 // The port's GID at `index` and its IBV_GID_TYPE_*; false when there is none.
 bool localGidAt(int device, int index, ibv_gid* gid, int* type);
 bool ipv4Mapped(const ibv_gid& g);

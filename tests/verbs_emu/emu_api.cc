@@ -16,8 +16,10 @@
 //  - a peer process that dies: what is in flight completes with
 //    IBV_WC_RETRY_EXC_ERR; a peer that never answers, after the retries that
 //    timeout and retry_cnt allow.
-// Devices: STRATA_VERBS_EMU_DEVICES (default 1) named semu0.., one port each,
-// link layer Ethernet (RoCE), EDR 4x; GID 0 is RoCE v1, GID 1 RoCE v2.
+// Devices: STRATA_VERBS_EMU_DEVICES (default 1) named semu0.., one port each, EDR 4x;
+// link layer Ethernet (RoCE) or InfiniBand, GIDs, LIDs and MTUs as emu_address.cc
+// describes. Processes on one machine only: a requester finds its peer's process
+// through a directory they share.
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +31,7 @@
 #include <chrono>
 
 #include "emu.h"
+#include "emu_wire.h"
 
 namespace verbs_emu {
 
@@ -253,7 +256,6 @@ __attribute__((visibility("default"))) int(ibv_query_port)(ibv_context* c, uint8
   memset(a, 0, sizeof(*a));
   a->state = IBV_PORT_ACTIVE;
   a->max_mtu = IBV_MTU_4096;
-  a->active_mtu = activeMtu();
   a->gid_tbl_len = gidTableLength();
   a->max_msg_sz = maxMessage();
   a->pkey_tbl_len = 1;
@@ -263,8 +265,9 @@ __attribute__((visibility("default"))) int(ibv_query_port)(ibv_context* c, uint8
   if (const char* v = getenv("STRATA_VERBS_EMU_SPEED")) a->active_speed = static_cast<uint8_t>(atoi(v));
   a->phys_state = 5;     // LinkUp
   a->link_layer = infiniband() ? IBV_LINK_LAYER_INFINIBAND : IBV_LINK_LAYER_ETHERNET;
+  std::lock_guard<std::mutex> lock(state().mu);
+  a->active_mtu = activeMtu();
   if (infiniband()) {
-    std::lock_guard<std::mutex> lock(state().mu);
     a->lid = localLid(reinterpret_cast<Context*>(c)->device->index);
     a->sm_lid = 1;
   }
@@ -379,6 +382,7 @@ __attribute__((visibility("default"))) int ibv_dereg_mr(ibv_mr* mr) {
   std::lock_guard<std::mutex> lock(state().mu);
   if (!state().mrs.erase(mr->lkey)) return EINVAL;
   Mr* m = reinterpret_cast<Mr*>(mr);
+  settle(m);
   if (m->mapping) munmap(m->mapping, m->mapped);
   delete m;
   return 0;
@@ -444,12 +448,20 @@ __attribute__((visibility("default"))) ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_
   q->qp.pd = pd;
   q->qp.send_cq = a->send_cq;
   q->qp.recv_cq = a->recv_cq;
-  if (state().nextQpn >= (1u << kQpnBits)) {
+  // The next number no live queue pair has, wrapping as mlx5 reuses them (a peer still
+  // addressing a destroyed one is refused: the new one's destination differs).
+  uint32_t base = static_cast<uint32_t>(state().slot) << kQpnBits, n = 0;
+  for (uint32_t tries = 1; tries < (1u << kQpnBits) && !n; ++tries) {
+    uint32_t c = state().nextQpn;
+    state().nextQpn = c + 1 < (1u << kQpnBits) ? c + 1 : 1;
+    if (!state().qps.count(base | c)) n = c;
+  }
+  if (!n) {
     delete q;
-    errno = ENOMEM;  // this process's queue pair numbers are used up
+    errno = ENOMEM;  // 2^14 - 1 queue pairs alive in this process
     return nullptr;
   }
-  q->qp.qp_num = static_cast<uint32_t>(state().slot) << kQpnBits | state().nextQpn++;
+  q->qp.qp_num = base | n;
   q->qp.state = IBV_QPS_RESET;
   q->qp.qp_type = IBV_QPT_RC;
   q->cap = a->cap;

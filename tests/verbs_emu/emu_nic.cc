@@ -118,6 +118,7 @@ bool sourceChanged(Qp* q, const SendWr& w) {
   for (const ibv_sge& g : w.sges) {
     Mr* m = findLocal(q->qp.pd, g.lkey, g.addr, g.length);
     if (!m) return true;  // deregistered in flight
+    settle(m);
     now.append(m->at(g.addr), g.length);
   }
   return hashBytes(now.data(), now.size()) != w.sourceHash;
@@ -191,6 +192,7 @@ bool transmit(Qp* q) {
           failFront(q, IBV_WC_LOC_PROT_ERR);
           return false;
         }
+        settle(m);  // the NIC reads what it wrote there before
         payload.append(m->at(g.addr), g.length);
       }
     }
@@ -209,7 +211,7 @@ ibv_wc_status landRead(Qp* q, const SendWr& w, const char* data, uint32_t len) {
     Mr* m = findLocal(q->qp.pd, g.lkey, g.addr, g.length);
     if (!m || !(m->access & IBV_ACCESS_LOCAL_WRITE)) return IBV_WC_LOC_PROT_ERR;
     uint32_t n = std::min(len, g.length);
-    memcpy(m->at(g.addr), data, n);
+    landInto(m, g.addr, data, n);
     data += n;
     len -= n;
   }

@@ -42,7 +42,7 @@ ibv_wc_status scatter(Qp* q, const RecvWr& rw, const char* data, uint32_t len) {
     Mr* m = findLocal(q->qp.pd, g.lkey, g.addr, g.length);
     if (!m || !(m->access & IBV_ACCESS_LOCAL_WRITE)) return IBV_WC_LOC_PROT_ERR;
     uint32_t n = std::min(len, g.length);
-    landAscending(m->at(g.addr), data, n);
+    landInto(m, g.addr, data, n);
     data += n;
     len -= n;
   }
@@ -64,6 +64,7 @@ bool applyOne(Responder& r, Qp* q, const Request& req, const char* payload) {
     Mr* m = (q->access & IBV_ACCESS_REMOTE_READ)
                 ? findRemote(q->qp.pd, req.rkey, req.addr, req.len, IBV_ACCESS_REMOTE_READ)
                 : nullptr;
+    if (m) settle(m);  // a read through the NIC sees every write before it (GPUDirect's flush)
     if (m)
       respond(r, IBV_WC_SUCCESS, m->at(req.addr), req.len);
     else
@@ -80,7 +81,7 @@ bool applyOne(Responder& r, Qp* q, const Request& req, const char* payload) {
     return true;
   }
   r.rnrSince = 0;
-  if (write) landAscending(target->at(req.addr), payload, req.len);
+  if (write) landInto(target, req.addr, payload, req.len);
   if (!needsRecv) {
     respond(r, IBV_WC_SUCCESS);
     return true;
@@ -118,8 +119,16 @@ const char* pathMismatch(const Hello& h, const Qp& q) {
     memcpy(d.raw, h.dgid, 16);
     if (h.gidType == IBV_GID_TYPE_ROCE_V2 && ipv4Mapped(s) != ipv4Mapped(d))
       return "RoCE v2 from an IPv4 GID to an IPv6 one (or back): no packet can be both";
-  } else if (h.dlid != q.slid || h.slid != q.dlid) {
-    return "the destination LID is not this port's, or the source LID not this queue pair's destination";
+  }
+  if (infiniband()) {
+    // Inside a subnet (the local subnet prefix, GID bytes 6-7, alike) the port's LID;
+    // from another subnet its FLID, which the GID carries in bytes 4-5.
+    bool across = h.global && memcmp(h.sgid + 6, q.sgid.raw + 6, 2) != 0;
+    uint16_t want = across ? static_cast<uint16_t>(q.sgid.raw[4] << 8 | q.sgid.raw[5]) : q.slid;
+    if (h.dlid != want)
+      return across ? "from another subnet the destination LID must be this port's FLID (GID bytes 4-5)"
+                    : "the destination LID is not this port's";
+    if (!h.global && h.slid != q.dlid) return "the source LID is not this queue pair's destination";
   }
   return nullptr;
 }

@@ -2,6 +2,7 @@
 #include "emu_wire.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -28,6 +29,33 @@ void landAscending(char* dst, const char* src, size_t n) {
   } else {
     for (size_t i = 0; i < n; ++i) __atomic_store_n(dst + i, src[i], __ATOMIC_RELAXED);
   }
+}
+
+namespace {
+
+constexpr size_t kMaxHeld = 64u << 20;  // more held in one region lands at once, as hardware's would by then
+
+bool holdDeviceWrites() {
+  const char* v = getenv("STRATA_VERBS_EMU_DEVICE_WRITES");
+  return !v || strcmp(v, "visible") != 0;
+}
+
+}  // namespace
+
+void landInto(Mr* m, uint64_t addr, const char* src, size_t n) {
+  if (!m->host || !holdDeviceWrites()) {
+    landAscending(m->at(addr), src, n);
+    return;
+  }
+  m->held.emplace_back(addr, std::string(src, n));
+  m->heldBytes += n;
+  if (m->heldBytes > kMaxHeld) settle(m);
+}
+
+void settle(Mr* m) {
+  for (const auto& [addr, bytes] : m->held) landAscending(m->at(addr), bytes.data(), bytes.size());
+  m->held.clear();
+  m->heldBytes = 0;
 }
 
 Mr* findRemote(ibv_pd* pd, uint32_t rkey, uint64_t addr, uint64_t len, int access) {

@@ -244,6 +244,43 @@ TEST_F(Pair, ReadNeedsRemoteReadAccess) {
   EXPECT_EQ(next(a.cq).status, IBV_WC_REM_ACCESS_ERR);
 }
 
+// Device memory (a dma-buf registration; a memfd stands for the GPU's pages): the
+// NIC's writes into it complete at once, but the device sees them only once the NIC
+// reads the region (GPUDirect's flush), in the order they were made; with
+// STRATA_VERBS_EMU_DEVICE_WRITES=visible at once.
+TEST_F(Pair, WritesIntoDeviceMemoryShowAfterAReadThroughTheNic) {
+  for (bool held : {true, false}) {
+    if (!held) setenv("STRATA_VERBS_EMU_DEVICE_WRITES", "visible", 1);
+    int fd = memfd_create("strata-emu-device", MFD_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(ftruncate(fd, 8192), 0);
+    auto* view = static_cast<char*>(mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    ASSERT_NE(view, MAP_FAILED);
+    const uint64_t iova = 0x7e3000000000;  // the device's address: never dereferenced
+    ibv_mr* dev = ibv_reg_dmabuf_mr(b.pd, 0, 8192, iova, fd, kAll);
+    ASSERT_NE(dev, nullptr);
+    if (held) connect(a, b);
+    ASSERT_EQ(postWrite(a, IBV_WR_RDMA_WRITE, src.data(), 4096, srcMr->lkey, iova, dev->rkey, 1), 0);
+    ASSERT_EQ(postWrite(a, IBV_WR_RDMA_WRITE, src.data() + 4096, 100, srcMr->lkey, iova + 16, dev->rkey, 2), 0);
+    EXPECT_EQ(next(a.cq).status, IBV_WC_SUCCESS);
+    EXPECT_EQ(next(a.cq).status, IBV_WC_SUCCESS);
+    std::vector<char> want(src.begin(), src.begin() + 4096);
+    memcpy(want.data() + 16, src.data() + 4096, 100);  // the second write over the first
+    EXPECT_EQ(memcmp(view, want.data(), 4096) == 0, !held) << (held ? "seen before a flush" : "held");
+    char word = 0;
+    ibv_mr* wordMr = ibv_reg_mr(a.pd, &word, 1, kAll);
+    ASSERT_EQ(postWrite(a, IBV_WR_RDMA_READ, &word, 1, wordMr->lkey, iova + 4095, dev->rkey, 3), 0);
+    EXPECT_EQ(next(a.cq).status, IBV_WC_SUCCESS);
+    EXPECT_EQ(word, want[4095]);
+    EXPECT_EQ(memcmp(view, want.data(), 4096), 0);
+    ibv_dereg_mr(wordMr);
+    ibv_dereg_mr(dev);
+    munmap(view, 8192);
+    close(fd);
+  }
+  unsetenv("STRATA_VERBS_EMU_DEVICE_WRITES");
+}
+
 TEST_F(Pair, CompletionsComeInPostedOrder) {
   connect(a, b);
   for (int i = 0; i < 100; ++i) ASSERT_EQ(postRecv(b, nullptr, 0, 0, 1000 + i), 0);

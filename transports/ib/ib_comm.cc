@@ -6,6 +6,7 @@
 
 #include "base/config.h"
 #include "base/error.h"
+#include "base/log.h"
 #include "base/mutation.h"
 #include "transports/ib/gid_choice.h"
 
@@ -72,12 +73,26 @@ void QpSet::connectTo(const WireInfo& peer) {
                  peer.linkLayer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand");
   ibv_mtu mtu = static_cast<ibv_mtu>(std::min<int>(peer.mtu, port->attr.active_mtu));
   if (mutated(Mutation::kIbOwnMtu)) mtu = port->attr.active_mtu;
-  const bool sameSubnet = memcmp(peer.gid, port->gid.raw, 8) == 0;  // the subnet prefix
-  const bool grh = port->roce || !sameSubnet;  // RoCE always routes by GID; InfiniBand across subnets
+  // InfiniBand, as NCCL: the local subnet prefix (GID bytes 6-7) alike, by LID; else
+  // with a GRH, to the peer's FLID (GID bytes 4-5), the LID that routes to it from
+  // other subnets. RoCE always with a GRH.
+  const bool sameSubnet = memcmp(peer.gid + 6, port->gid.raw + 6, 2) == 0;
+  const bool grh = port->roce || !sameSubnet;
+  uint16_t dlid = peer.lid;
+  if (!port->roce && !sameSubnet) {
+    dlid = static_cast<uint16_t>(peer.gid[4] << 8 | peer.gid[5]);
+    if (dlid == 0) {
+      STRATA_WARN(-1, "IB: %s (pid %u) is in another subnet but its GID has no FLID: routing to its LID 0x%x, "
+                  "which only a flat fabric delivers", peerHost.c_str(), peerPid, peer.lid);
+      dlid = peer.lid;
+    }
+  }
   ibv_gid dgid;
   memcpy(dgid.raw, peer.gid, 16);
   route = format("path MTU %d, %s", 128 << mtu,
-                 grh ? ("GRH to " + gidText(dgid)).c_str() : format("LID 0x%x", peer.lid).c_str());
+                 grh ? format("GRH to %s%s", gidText(dgid).c_str(),
+                              port->roce ? "" : format(", FLID 0x%x", dlid).c_str()).c_str()
+                     : format("LID 0x%x", dlid).c_str());
   for (int i = 0; i < nqps; ++i) {
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_RTR;
@@ -95,7 +110,7 @@ void QpSet::connectTo(const WireInfo& peer) {
       a.ah_attr.grh.hop_limit = 255;
       a.ah_attr.grh.traffic_class = static_cast<uint8_t>(config().ibTc);
     }
-    if (!port->roce) a.ah_attr.dlid = peer.lid;  // InfiniBand: the LID always (the GRH adds routing)
+    if (!port->roce) a.ah_attr.dlid = dlid;
     int rc = v.modifyQp(qps[i], &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                                         IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
     if (rc) fail(ncclSystemError, "IB: %s to RTR: %s", where(i).c_str(), strerror(rc));

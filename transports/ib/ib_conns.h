@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "base/clock.h"
 #include "base/error.h"
@@ -46,6 +47,7 @@ struct Request {
   int pending = 0;  // completions still expected
   size_t bytes = 0;
   int n = 1, slot = 0;  // a receive: how many it groups, and its FIFO slot
+  void* mh[kMaxRecvs] = {};  // the registrations it uses: a send's one, a receive's n
 };
 
 // A request's index (in a work request's wr_id): kMaxRecvs per FIFO slot, one for
@@ -79,6 +81,10 @@ struct Comm {
   double goneAt = 0;          // when the setup stream was seen closed
   static constexpr double kGoneGraceSec = 0.1;
   Request reqs[kDepth * kMaxRecvs];  // by requestIndex()
+  // Registrations released while a request of this comm still used them: released
+  // once the queue pairs are gone (IbNetwork::closeComm), so that a peer's write into
+  // a receive posted before the teardown lands rather than failing on a dead rkey.
+  std::vector<void*> retired;
 
   Comm() {
     for (Request& r : reqs) r.comm = this;
@@ -86,6 +92,14 @@ struct Comm {
   virtual ~Comm() {
     q.destroy();
     if (fd >= 0) close(fd);
+  }
+  // True while a posted receive or an unfinished send uses registration `mh`.
+  bool busyWith(const void* mh) const {
+    for (const Request& r : reqs)
+      if (r.kind == 1 || r.kind == 2)
+        for (int i = 0; i < (r.kind == 2 ? r.n : 1); ++i)
+          if (r.mh[i] == mh) return true;
+    return false;
   }
   void setFailed(ncclResult_t code, std::string why) {
     if (failed) return;

@@ -20,6 +20,7 @@
 #include "base/clock.h"
 #include "base/config.h"
 #include "base/error.h"
+#include "base/mutation.h"
 #include "base/log.h"
 #include "base/socket.h"
 #include "transports/ib/ib_comm.h"
@@ -145,6 +146,8 @@ class IbNetwork final : public net::Network {
     if (!readable(l->comm->fd)) return nullptr;
     char ready = 0;
     recvAll(l->comm->fd, &ready, 1, Deadline(kSetupSec));
+    STRATA_INFO(kSubsysNet, -1, "IB: accepted %s with %d queue pairs (%s)", l->comm->q.where(0).c_str(),
+                l->comm->q.nqps, l->comm->q.route.c_str());
     return l->comm.release();
   }
 
@@ -161,6 +164,7 @@ class IbNetwork final : public net::Network {
     STRATA_REQUIRE(verbs()->regDmabufMr, ncclInvalidUsage, "IB: %s has no ibv_reg_dmabuf_mr (rdma-core before v34)",
                    verbs()->file.c_str());
     int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    if (p.relaxedOrdering) access |= IBV_ACCESS_RELAXED_ORDERING;  // as NCCL: the flush orders what lands
     ibv_mr* mr = verbs()->regDmabufMr(p.pd, offset, bytes, reinterpret_cast<uint64_t>(data), fd, access);
     if (!mr)
       fail(ncclSystemError, "IB: ibv_reg_dmabuf_mr of %zu bytes (%s memory, fd %d) on %s failed: %s", bytes,
@@ -170,7 +174,17 @@ class IbNetwork final : public net::Network {
     gTotals.dmabufRegistrations.fetch_add(1, std::memory_order_relaxed);
     return mr;
   }
+  // A registration a posted receive or a send still uses waits for the connection's
+  // close, and is released after its queue pairs are destroyed.
   void deregMr(void* comm, void* mhandle) override {
+    auto* c = static_cast<Comm*>(comm);
+    if (c->busyWith(mhandle)) {
+      c->retired.push_back(mhandle);
+      return;
+    }
+    release(*c->q.port, mhandle);
+  }
+  void release(const Port& port, void* mhandle) {
     {
       std::lock_guard<std::mutex> lock(dmabufMu_);
       if (dmabufMrs_.erase(static_cast<ibv_mr*>(mhandle))) {
@@ -178,7 +192,7 @@ class IbNetwork final : public net::Network {
         return;
       }
     }
-    static_cast<Comm*>(comm)->q.port->mrs->release(mhandle);
+    port.mrs->release(mhandle);
   }
   // A receive into a dma-buf registration (device memory) reads one word back
   // through a loopback queue pair: the read completes after the NIC's writes.
@@ -189,6 +203,7 @@ class IbNetwork final : public net::Network {
       std::lock_guard<std::mutex> lock(dmabufMu_);
       if (bytes == 0 || !dmabufMrs_.count(static_cast<ibv_mr*>(mhandle))) return true;  // host memory: nothing to do
     }
+    if (mutated(Mutation::kIbNoGdrFlush)) return true;
     if (c->flushReq.pending) return false;  // one flush at a time per connection
     if (!c->flushMr) openFlush(c);
     ibv_sge sge{reinterpret_cast<uint64_t>(&c->local->flushWord), 1, c->flushMr->lkey};  // one byte: any receive has it
@@ -279,6 +294,7 @@ class IbNetwork final : public net::Network {
     c->fifo->sizes[slot][i] = static_cast<uint32_t>(bytes);
     if (n > 1 && last) writes += writeSizes(c, slot, n, requestIndex(slot, i));
     r.kind = 1;
+    r.mh[0] = mhandle;
     r.pending = writes;
     r.bytes = bytes;
     c->matched |= 1u << i;
@@ -334,6 +350,7 @@ class IbNetwork final : public net::Network {
     r.pending = parts;
     r.bytes = 0;
     r.n = n;
+    for (int i = 0; i < n; ++i) r.mh[i] = b[i].mhandle;
     r.slot = slot;
     ++c->posted;
     gTotals.fifoWrites.fetch_add(1, std::memory_order_relaxed);
@@ -515,7 +532,10 @@ class IbNetwork final : public net::Network {
                 (unsigned long long)n.dataWrites, (unsigned long long)n.messagesReceived,
                 (unsigned long long)n.fifoWrites, (unsigned long long)n.registrations,
                 (unsigned long long)n.registrationHits);
-    delete c;
+    const Port* port = c->q.port;
+    std::vector<void*> retired = std::move(c->retired);
+    delete c;  // its queue pairs first
+    for (void* mh : retired) release(*port, mh);
   }
 
   std::string name_ = "IB";
