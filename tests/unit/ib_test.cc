@@ -20,6 +20,7 @@
 #include "base/error.h"
 #include "base/page_buffer.h"
 #include "transports/ib/hca_filter.h"
+#include "transports/ib/ib_conns.h"
 #include "transports/ib/ib_devices.h"
 #include "transports/ib/ib_network.h"
 #include "transports/ib/mr_cache.h"
@@ -220,6 +221,12 @@ TEST(IbNetwork, AdaptiveRoutingSendsTheImmediateApartAboveTheThreshold) {
     {
       Link l;
       ASSERT_TRUE(l.send && l.recv);
+      void* emu = dlopen(config().ibverbsLib.c_str(), RTLD_NOW | RTLD_NOLOAD);
+      auto qpStats = emu ? reinterpret_cast<int (*)(uint32_t, uint64_t*, uint64_t*)>(
+                               dlsym(emu, "strata_verbs_emu_qp_stats"))
+                         : nullptr;
+      ASSERT_NE(qpStats, nullptr);
+      uint32_t qpn = static_cast<conn::SendComm*>(l.send)->q.qps[0]->qp_num;
       std::vector<uint32_t> src(1 << 18), dst((1 << 18) + 4);
       void* smh = l.net->regMr(l.send, src.data(), src.size() * 4, net::abi::kPtrHost);
       void* rmh = l.net->regMr(l.recv, dst.data(), dst.size() * 4, net::abi::kPtrHost);
@@ -227,6 +234,8 @@ TEST(IbNetwork, AdaptiveRoutingSendsTheImmediateApartAboveTheThreshold) {
         for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint32_t>(bytes * 31 + i);
         std::fill(dst.begin(), dst.end(), 0);
         Counters before = counters();
+        uint64_t posts0 = 0, done0 = 0, posts1 = 0, done1 = 0;
+        ASSERT_EQ(qpStats(qpn, &posts0, &done0), 0);
         void* r = nullptr;
         while (!(r = l.net->irecv(l.recv, dst.data(), dst.size() * 4, 0, rmh))) {
         }
@@ -240,6 +249,10 @@ TEST(IbNetwork, AdaptiveRoutingSendsTheImmediateApartAboveTheThreshold) {
         EXPECT_EQ(dst[bytes / 4 + 1], 0u) << "nothing past the message";
         bool apart = std::string(ar) == "1" && bytes > 65536;
         EXPECT_EQ(counters().dataWrites - before.dataWrites, writesFor(bytes) + (apart ? 1 : 0)) << bytes << " bytes";
+        // Whatever the writes, one chain posted in one call with one completion (selective signalling).
+        ASSERT_EQ(qpStats(qpn, &posts1, &done1), 0);
+        EXPECT_EQ(posts1 - posts0, 1u) << bytes << " bytes";
+        EXPECT_EQ(done1 - done0, 1u) << bytes << " bytes";
       }
       l.net->deregMr(l.send, smh);
       l.net->deregMr(l.recv, rmh);

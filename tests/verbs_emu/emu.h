@@ -129,6 +129,7 @@ struct Qp {
   uint32_t held = 0, uncovered = 0;
   std::deque<RecvWr> recvs;
   Stream stream;
+  uint64_t postCalls = 0, completions = 0;  // ibv_post_send calls; send-queue completions (tests' view)
 };
 
 // One accepted stream: requests for one of this process's queue pairs.

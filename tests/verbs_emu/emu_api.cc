@@ -81,6 +81,7 @@ bool validSges(const ibv_sge* sg, int n, int max) { return n >= 0 && n <= max &&
 int postSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   std::unique_lock<std::mutex> lock(state().mu);
   Qp* q = asQp(qp);
+  ++q->postCalls;
   for (; wr; wr = wr->next) {
     int err = 0;
     if (q->qp.state != IBV_QPS_RTS && q->qp.state != IBV_QPS_ERR) err = EINVAL;
@@ -343,6 +344,18 @@ __attribute__((visibility("default"))) ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void
     return nullptr;
   }
   return (ibv_reg_mr)(pd, addr, len, static_cast<int>(access));
+}
+
+// Tests' view (not libibverbs API): ibv_post_send calls on queue pair `qpn` and the
+// completions its send queue produced; -1 when there is no such queue pair.
+__attribute__((visibility("default"))) int strata_verbs_emu_qp_stats(uint32_t qpn, uint64_t* posts,
+                                                                     uint64_t* completions) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  auto it = state().qps.find(qpn);
+  if (it == state().qps.end()) return -1;
+  *posts = it->second->postCalls;
+  *completions = it->second->completions;
+  return 0;
 }
 
 // Tests' view (not libibverbs API): the access flags a region was registered with, or -1.

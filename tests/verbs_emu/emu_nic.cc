@@ -78,6 +78,7 @@ void completeSend(Qp* q, const SendWr& w, ibv_wc_status st, uint32_t len) {
   ++q->held;
   ++q->uncovered;
   if (st == IBV_WC_SUCCESS && !w.signaled) return;
+  ++q->completions;
   ibv_wc wc{};
   wc.wr_id = w.wrId;
   wc.status = st;

@@ -285,17 +285,23 @@ class IbNetwork final : public net::Network {
     auto* mr = static_cast<ibv_mr*>(mhandle);
     int parts = c->split ? c->q.nqps : 1;
     size_t chunk = ((bytes + parts - 1) / parts + 127) & ~size_t(127);
-    int writes = 0;
+    int writes = 0, completions = 0;
     for (int p = 0; p < parts; ++p) {
       size_t off = std::min(bytes, p * chunk), len = std::min(chunk, bytes - off);
-      writes += writePart(c, qpFor(c, p), requestIndex(slot, i), reinterpret_cast<char*>(data) + off, len, mr->lkey,
-                          want.addr + off, want.rkey, n == 1, c->ar && bytes > config().ibArThreshold);
+      int w = writePart(c, qpFor(c, p), requestIndex(slot, i), reinterpret_cast<char*>(data) + off, len, mr->lkey,
+                        want.addr + off, want.rkey, n == 1, c->ar && bytes > config().ibArThreshold);
+      writes += w;
+      completions += w ? 1 : 0;
     }
     c->fifo->sizes[slot][i] = static_cast<uint32_t>(bytes);
-    if (n > 1 && last) writes += writeSizes(c, slot, n, requestIndex(slot, i));
+    if (n > 1 && last) {
+      int w = writeSizes(c, slot, n, requestIndex(slot, i));
+      writes += w;
+      completions += w;  // each signalled
+    }
     r.kind = 1;
     r.mh[0] = mhandle;
-    r.pending = writes;
+    r.pending = completions;
     r.bytes = bytes;
     c->matched |= 1u << i;
     if (last) {
@@ -481,43 +487,35 @@ class IbNetwork final : public net::Network {
   // receive of a group), an empty part writes nothing. `apart` (adaptive routing,
   // as NCCL does above NCCL_IB_AR_THRESHOLD): the data as plain writes the fabric
   // may spray over its paths, then the immediate as a write of no bytes, which RC
-  // completes only after them. Returns the writes posted, each signalled.
+  // completes only after them. Posted as one chain with only its last write
+  // signalled, as NCCL does: one completion a part (an error still completes the
+  // write that failed), and the others' send-queue slots free when it is polled.
+  // Returns the writes posted (0: none, and no completion to wait for).
   static int writePart(Comm* c, int qp, int req, char* src, size_t len, uint32_t lkey, uint64_t dst, uint32_t rkey,
                        bool imm, bool apart) {
     size_t most = c->q.port->attr.max_msg_sz ? c->q.port->attr.max_msg_sz : (1u << 30);
-    int n = 0;
-    size_t off = 0;
     if (len == 0 && !imm) return 0;
     bool split = imm && apart && len > 0;
-    do {
-      size_t piece = std::min(most, len - off);
-      bool last = off + piece == len;
-      ibv_sge sge{reinterpret_cast<uint64_t>(src + off), static_cast<uint32_t>(piece), lkey};
-      ibv_send_wr wr{};
+    size_t pieces = len == 0 ? 1 : (len + most - 1) / most;
+    std::vector<ibv_sge> sges(pieces);
+    std::vector<ibv_send_wr> wrs(pieces + (split ? 1 : 0));
+    for (size_t k = 0; k < wrs.size(); ++k) {
+      size_t off = std::min(len, k * most), piece = k < pieces ? std::min(most, len - off) : 0;
+      bool carriesImm = imm && (split ? k == pieces : k + 1 == pieces);
+      ibv_send_wr& wr = wrs[k];
       wr.wr_id = kSendTag | static_cast<uint64_t>(req);
-      wr.sg_list = &sge;
+      if (piece) sges[k] = ibv_sge{reinterpret_cast<uint64_t>(src + off), static_cast<uint32_t>(piece), lkey};
+      wr.sg_list = piece ? &sges[k] : nullptr;
       wr.num_sge = piece ? 1 : 0;
-      wr.opcode = last && imm && !split ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
-      wr.send_flags = IBV_SEND_SIGNALED;
+      wr.opcode = carriesImm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
       wr.imm_data = htonl(static_cast<uint32_t>(len));
-      wr.wr.rdma.remote_addr = dst + off;
+      wr.wr.rdma.remote_addr = k < pieces ? dst + off : dst;  // the immediate alone: inside the receive
       wr.wr.rdma.rkey = rkey;
-      c->post(qp, &wr);
-      ++n;
-      off += piece;
-    } while (off < len);
-    if (split) {  // the immediate alone, after the data
-      ibv_send_wr wr{};
-      wr.wr_id = kSendTag | static_cast<uint64_t>(req);
-      wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-      wr.send_flags = IBV_SEND_SIGNALED;
-      wr.imm_data = htonl(static_cast<uint32_t>(len));
-      wr.wr.rdma.remote_addr = dst;  // no bytes: where does not matter, but inside the receive
-      wr.wr.rdma.rkey = rkey;
-      c->post(qp, &wr);
-      ++n;
+      wr.next = k + 1 < wrs.size() ? &wrs[k + 1] : nullptr;
     }
-    return n;
+    wrs.back().send_flags = IBV_SEND_SIGNALED;
+    c->post(qp, wrs.data());
+    return static_cast<int>(wrs.size());
   }
   const Port& port(int dev) {
     STRATA_REQUIRE(dev >= 0 && dev < devices(), ncclInternalError, "IB: no device %d (%d devices)", dev, devices());
