@@ -197,6 +197,7 @@ Config Config::parse(const std::function<const char*(const char*)>& lookup) {
   p.flag("NCCL_IB_DISABLE", &c.ibDisable);
   p.str("NCCL_IB_HCA", &c.ibHca);
   p.integer("NCCL_IB_GID_INDEX", &c.ibGidIndex, -1, 1 << 16);
+  p.integer("NCCL_IB_ROUTABLE_FLID_GID_INDEX", &c.ibRoutableFlidGidIndex, 0, 1 << 16);
   p.integer("NCCL_IB_ROCE_VERSION_NUM", &c.ibRoceVersion, 1, 2);
   p.str("NCCL_IB_ADDR_FAMILY", &c.ibAddrFamily);
   if (c.ibAddrFamily != "AF_INET" && c.ibAddrFamily != "AF_INET6") {

@@ -81,6 +81,7 @@ struct Config {
   bool ibDisable = false;                   // NCCL_IB_DISABLE=1: no InfiniBand/RoCE network
   std::string ibHca;                        // NCCL_IB_HCA: devices to use (prefix list, ^ excludes, = exact, :port)
   int ibGidIndex = -1;                      // NCCL_IB_GID_INDEX: RoCE GID (-1: the first of NCCL_IB_ROCE_VERSION_NUM)
+  int ibRoutableFlidGidIndex = 1;           // NCCL_IB_ROUTABLE_FLID_GID_INDEX: InfiniBand GID taken when it has an FLID
   int ibRoceVersion = 2;                    // NCCL_IB_ROCE_VERSION_NUM: RoCE version the GID is chosen for (1, 2)
   std::string ibAddrFamily = "AF_INET";     // NCCL_IB_ADDR_FAMILY: address family the GID is chosen for (AF_INET, AF_INET6)
   std::string ibAddrRange;                  // NCCL_IB_ADDR_RANGE: the GID's address within this prefix ("10.0.0.0/8")

@@ -146,5 +146,31 @@ TEST(GidChoice, VersionsFromSysfsWithoutQueryGidEx) {
   std::filesystem::remove_all(root);
 }
 
+// InfiniBand, as NCCL: the GID at NCCL_IB_ROUTABLE_FLID_GID_INDEX (1) where it carries
+// an FLID (bytes 4-5, the LID that routes to the port from other subnets), else 0.
+TEST(GidChoice, InfinibandTakesTheRoutableFlidGidWhereThereIsOne) {
+  auto chooseIb = [](const std::string& routable) {
+    routable.empty() ? unsetenv("NCCL_IB_ROUTABLE_FLID_GID_INDEX")
+                     : setenv("NCCL_IB_ROUTABLE_FLID_GID_INDEX", routable.c_str(), 1);
+    reloadConfig();
+    Verbs v{};
+    v.queryGid = fakeQueryGid;
+    v.queryGidEx = fakeQueryGidEx;
+    ibv_port_attr attr{};
+    attr.link_layer = IBV_LINK_LAYER_INFINIBAND;
+    attr.gid_tbl_len = static_cast<int>(gTable.size());
+    int i = chooseGidIndex(v, nullptr, "mlx5_0", 1, attr, "");
+    unsetenv("NCCL_IB_ROUTABLE_FLID_GID_INDEX");
+    reloadConfig();
+    return i;
+  };
+  gTable = {{"fe80::248a:703:9c:e6a0", 0}, {"fec0:0:4c01:7:248a:703:9c:e6a0", 0}};
+  EXPECT_EQ(chooseIb(""), 1);
+  EXPECT_EQ(chooseIb("0"), 0);
+  EXPECT_EQ(chooseIb("5"), 0);  // beyond the table
+  gTable = {{"fe80::248a:703:9c:e6a0", 0}, {"fe80::7:248a:703:9c:e6a0", 0}};  // no FLID in GID 1
+  EXPECT_EQ(chooseIb(""), 0);
+}
+
 }  // namespace
 }  // namespace strata::transport::ib

@@ -43,12 +43,6 @@ struct Mr {
   char* host = nullptr;
   void* mapping = nullptr;
   size_t mapped = 0;
-  // Writes the NIC made into device memory (a dma-buf region) that the device does not
-  // see yet (emu_wire.cc landInto): on hardware they cross PCIe to the GPU in no order
-  // against the completion the CPU polls, so a consumer reads through the NIC first
-  // (GPUDirect's flush). Applied in order when the NIC next reads the region.
-  std::vector<std::pair<uint64_t, std::string>> held;
-  size_t heldBytes = 0;
   // Registered after ibv_fork_init: MADV_DONTFORK, so a fork leaves its pages alone.
   bool dontFork = false;
   // Copy-on-write after a fork without that (kernels before 5.13): the pages the NIC
@@ -161,6 +155,12 @@ struct State {
   bool nicStarted = false;
   bool forkSafe = false;  // ibv_fork_init was called
   std::set<uint32_t> refused;  // queue pairs that refused a peer's path (said once each)
+  // Writes the NIC made into device memory (dma-buf regions) that the device does not
+  // see yet, in the order made (emu_wire.cc landInto): on hardware they cross PCIe to
+  // the GPU in no order against the completion the CPU polls, so a consumer reads
+  // through the NIC first (GPUDirect's flush). Where they go: the emulator's mappings.
+  std::vector<std::pair<char*, std::string>> held;
+  size_t heldBytes = 0;
 };
 
 constexpr uint32_t kRkeyBit = 0x00800000;

@@ -15,10 +15,12 @@
 //    GIDs 2 and 3 the IPv4-mapped ::ffff:a.b.c.d as RoCE v1 and v2, as a RoCE
 //    NIC with an IPv4 address reports them (mappedAddress). No LID; every packet
 //    carries a GRH.
-//  - "ib" (InfiniBand): LID k * 8 + device + 1; one GID, the subnet prefix and a
-//    port GUID. The prefix is fe80:: (one subnet) unless STRATA_VERBS_EMU_SUBNET
-//    gives 16 hex digits, or "process": fec0:0:<FLID>:<k>, each process its own
-//    subnet (every path routed with a GRH, to the peer's FLID, 0x4000 + its LID).
+//  - "ib" (InfiniBand): LID k * 8 + device + 1; GID 0 the subnet prefix and a port
+//    GUID, the prefix fe80:: (one subnet) unless STRATA_VERBS_EMU_SUBNET gives 16
+//    hex digits. GID 1 is unused, or with STRATA_VERBS_EMU_SUBNET=process the
+//    routable fec0:0:<FLID>:<k> and the GUID: each process a subnet of its own,
+//    every path routed with a GRH to the peer's FLID (0x4000 + its LID), as NCCL
+//    takes GID 1 where it carries an FLID (NCCL_IB_ROUTABLE_FLID_GID_INDEX).
 // STRATA_VERBS_EMU_MTU: the ports' active MTU in bytes (256 .. 4096, default 4096),
 // or "mixed": 1024 in processes of odd slots, 4096 in the others (peers must agree
 // on the smaller).
@@ -73,23 +75,32 @@ uint8_t hexDigit(char c) {
   return static_cast<uint8_t>(c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c - 'A' + 10);
 }
 
-// The InfiniBand subnet prefix: the first 8 bytes of the port's GID.
-void subnetPrefix(int device, uint8_t* raw) {
-  raw[0] = 0xfe;
-  raw[1] = 0x80;
+bool subnetPerProcess() {
   const char* v = getenv("STRATA_VERBS_EMU_SUBNET");
-  if (!v || !*v) return;
-  if (strcmp(v, "process") == 0) {  // fec0:0:<FLID>:<slot>: a routable FLID, a subnet of its own
+  return v && strcmp(v, "process") == 0;
+}
+
+// An InfiniBand GID's first 8 bytes: GID 0 the subnet prefix (fe80::, or
+// STRATA_VERBS_EMU_SUBNET's 16 hex digits); GID 1, where each process is a subnet of
+// its own, the routable fec0:0:<FLID>:<slot> (false: GID 1 is unused).
+bool subnetPrefix(int device, int index, uint8_t* raw) {
+  if (index == 1) {
+    if (!subnetPerProcess()) return false;
     uint16_t flid = localFlid(device);
+    raw[0] = 0xfe;
     raw[1] = 0xc0;
     raw[4] = static_cast<uint8_t>(flid >> 8);
     raw[5] = static_cast<uint8_t>(flid);
     raw[6] = static_cast<uint8_t>(state().slot >> 8);
     raw[7] = static_cast<uint8_t>(state().slot);
-    return;
+    return true;
   }
-  if (strlen(v) != 16 || strspn(v, "0123456789abcdefABCDEF") != 16) return;
+  raw[0] = 0xfe;
+  raw[1] = 0x80;
+  const char* v = getenv("STRATA_VERBS_EMU_SUBNET");
+  if (!v || strlen(v) != 16 || strspn(v, "0123456789abcdefABCDEF") != 16) return true;
   for (int i = 0; i < 8; ++i) raw[i] = static_cast<uint8_t>(hexDigit(v[2 * i]) << 4 | hexDigit(v[2 * i + 1]));
+  return true;
 }
 
 }  // namespace
@@ -168,7 +179,7 @@ bool infiniband() {
   return v && (strcmp(v, "ib") == 0 || strcmp(v, "IB") == 0 || strcmp(v, "infiniband") == 0);
 }
 
-int gidTableLength() { return infiniband() ? 1 : 4; }
+int gidTableLength() { return infiniband() ? 2 : 4; }
 
 ibv_mtu activeMtu() {
   const char* v = getenv("STRATA_VERBS_EMU_MTU");
@@ -201,8 +212,11 @@ bool localGidAt(int device, int index, ibv_gid* gid, int* type) {
     uint32_t ip = mappedAddress(device);
     memcpy(gid->raw + 12, &ip, 4);
   } else {
-    if (infiniband()) subnetPrefix(device, gid->raw);
-    else gid->raw[0] = 0xfe, gid->raw[1] = 0x80;
+    if (infiniband() && !subnetPrefix(device, index, gid->raw)) {
+      *type = IBV_GID_TYPE_IB;
+      return true;  // an unused entry: all zero
+    }
+    if (!infiniband()) gid->raw[0] = 0xfe, gid->raw[1] = 0x80;
     memcpy(gid->raw + 8, &state().ip, 4);
     uint16_t port = htons(state().port);
     memcpy(gid->raw + 12, &port, 2);

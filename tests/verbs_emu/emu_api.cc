@@ -290,6 +290,8 @@ __attribute__((visibility("default"))) int _ibv_query_gid_ex(ibv_context* c, uin
   int type = 0;
   if (!localGidAt(reinterpret_cast<Context*>(c)->device->index, static_cast<int>(index), &e->gid, &type))
     return EINVAL;
+  static const ibv_gid kUnused{};
+  if (memcmp(&e->gid, &kUnused, sizeof(kUnused)) == 0) return ENODATA;  // an unused entry, as rdma-core says it
   e->gid_index = index;
   e->port_num = port;
   e->gid_type = static_cast<uint32_t>(type);

@@ -393,6 +393,8 @@ void forkChild() {
     if (kv.second->stream.fd >= 0) close(kv.second->stream.fd);
   s.qps.clear();  // the objects leak: the parent owns what they stood for
   s.mrs.clear();
+  s.held.clear();  // the parent's NIC's writes: its to land
+  s.heldBytes = 0;
   for (int fd : {s.listenFd, s.wakeFd[0], s.wakeFd[1]})
     if (fd >= 0) close(fd);
   s.listenFd = s.wakeFd[0] = s.wakeFd[1] = -1;

@@ -43,19 +43,23 @@ bool holdDeviceWrites() {
 }  // namespace
 
 void landInto(Mr* m, uint64_t addr, const char* src, size_t n) {
+  if (n == 0) return;
   if (!m->host || !holdDeviceWrites()) {
     landAscending(m->at(addr), src, n);
     return;
   }
-  m->held.emplace_back(addr, std::string(src, n));
-  m->heldBytes += n;
-  if (m->heldBytes > kMaxHeld) settle(m);
+  State& s = state();
+  s.held.emplace_back(m->at(addr), std::string(src, n));
+  s.heldBytes += n + 64;  // and the entry's own cost
+  if (s.heldBytes > kMaxHeld) settle(m);
 }
 
 void settle(Mr* m) {
-  for (const auto& [addr, bytes] : m->held) landAscending(m->at(addr), bytes.data(), bytes.size());
-  m->held.clear();
-  m->heldBytes = 0;
+  State& s = state();
+  if (!m->host || s.held.empty()) return;
+  for (const auto& [dst, bytes] : s.held) landAscending(dst, bytes.data(), bytes.size());
+  s.held.clear();
+  s.heldBytes = 0;
 }
 
 Mr* findRemote(ibv_pd* pd, uint32_t rkey, uint64_t addr, uint64_t len, int access) {

@@ -43,9 +43,11 @@ inline const double kRnrMs[32] = {655.36, 0.01, 0.02, 0.03, 0.04,  0.06,  0.08, 
 // Stores in ascending address order, as PCIe posted writes land (emu_wire.cc).
 void landAscending(char* dst, const char* src, size_t n);
 // The NIC's write of [addr, addr + n) into region `m`: landed, or held while `m` is
-// device memory (Mr::held; STRATA_VERBS_EMU_DEVICE_WRITES=visible lands it at once).
+// device memory (State::held; STRATA_VERBS_EMU_DEVICE_WRITES=visible lands it at once).
 void landInto(Mr* m, uint64_t addr, const char* src, size_t n);
-// Lands what is held for `m`: before the NIC reads the region, and at deregistration.
+// Before the NIC reads region `m`, or deregisters it: where `m` is device memory, every
+// held write lands, in order (a read through the NIC follows all its earlier writes
+// to the device, whichever registration of the same pages they went through).
 void settle(Mr* m);
 // The region a remote access with `rkey` may use for [addr, addr + len), or null.
 Mr* findRemote(ibv_pd* pd, uint32_t rkey, uint64_t addr, uint64_t len, int access);

@@ -129,7 +129,7 @@ TEST(Path, InfinibandPortsAreAddressedByLid) {
     ibv_port_attr pa{};
     EXPECT_EQ(ibv_query_port(n.ctx, 1, &pa), 0);
     EXPECT_EQ(pa.link_layer, IBV_LINK_LAYER_INFINIBAND);
-    EXPECT_EQ(pa.gid_tbl_len, 1);
+    EXPECT_EQ(pa.gid_tbl_len, 2);
     return pa.lid;
   };
   {
@@ -140,7 +140,7 @@ TEST(Path, InfinibandPortsAreAddressedByLid) {
     ibv_gid_entry e{};
     ASSERT_EQ(ibv_query_gid_ex(a.ctx, 1, 0, &e, 0), 0);
     EXPECT_EQ(e.gid_type, IBV_GID_TYPE_IB);
-    EXPECT_NE(ibv_query_gid_ex(a.ctx, 1, 1, &e, 0), 0);
+    EXPECT_EQ(ibv_query_gid_ex(a.ctx, 1, 1, &e, 0), ENODATA);  // unused: one subnet, no routable GID
     EXPECT_EQ(toRtrPath(a, b.qp->qp_num, nullptr, 0, 0), EINVAL);  // no GRH and no LID
     ASSERT_EQ(toRtrPath(a, b.qp->qp_num, nullptr, 0, lidOf(b)), 0);
     ASSERT_EQ(toRtrPath(b, a.qp->qp_num, nullptr, 0, lid), 0);
@@ -171,10 +171,13 @@ TEST(Path, InfinibandPortsAreAddressedByLid) {
 TEST(Path, EachProcessItsOwnSubnetWhenAsked) {
   ScopedEnv ib("STRATA_VERBS_EMU_LINK_LAYER", "ib");
   ScopedEnv subnet("STRATA_VERBS_EMU_SUBNET", "process");
-  Node a = open(kAll, 0);
+  Node a = open(kAll, 1);  // GID 1: routable, fec0:0:<FLID>:<slot>
   EXPECT_EQ(a.gid.raw[0], 0xfe);
-  EXPECT_EQ(a.gid.raw[1], 0xc0);  // fec0::<slot>: differs between processes
-  EXPECT_NE(a.gid.raw[6] | a.gid.raw[7], 0);
+  EXPECT_EQ(a.gid.raw[1], 0xc0);
+  EXPECT_NE(a.gid.raw[6] | a.gid.raw[7], 0);  // the slot: differs between processes
+  ibv_port_attr pa{};
+  ASSERT_EQ(ibv_query_port(a.ctx, 1, &pa), 0);
+  EXPECT_EQ(a.gid.raw[4] << 8 | a.gid.raw[5], 0x4000 + pa.lid);  // the FLID
 }
 
 }  // namespace

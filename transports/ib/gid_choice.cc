@@ -107,7 +107,14 @@ int roceVersionFromSysfs(const std::string& root, const std::string& device, int
 
 int chooseGidIndex(const Verbs& v, ibv_context* ctx, const std::string& device, int port, const ibv_port_attr& attr,
                    const std::string& sysfsRoot) {
-  if (attr.link_layer != IBV_LINK_LAYER_ETHERNET) return 0;
+  if (attr.link_layer != IBV_LINK_LAYER_ETHERNET) {  // InfiniBand, as NCCL: the routable GID where it has an FLID
+    int routable = config().ibRoutableFlidGidIndex;
+    ibv_gid g{};
+    if (routable < attr.gid_tbl_len && v.queryGid(ctx, static_cast<uint8_t>(port), routable, &g) == 0 &&
+        (g.raw[4] | g.raw[5]) != 0)
+      return routable;
+    return 0;
+  }
   if (config().ibGidIndex >= 0) return config().ibGidIndex;
   // GID i and its version: from ibv_query_gid_ex, else ibv_query_gid and sysfs; an
   // entry that cannot be read counts as unset.

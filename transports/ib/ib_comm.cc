@@ -76,7 +76,9 @@ void QpSet::connectTo(const WireInfo& peer) {
   // InfiniBand, as NCCL: the local subnet prefix (GID bytes 6-7) alike, by LID; else
   // with a GRH, to the peer's FLID (GID bytes 4-5), the LID that routes to it from
   // other subnets. RoCE always with a GRH.
-  const bool sameSubnet = memcmp(peer.gid + 6, port->gid.raw + 6, 2) == 0;
+  ibv_gid own = port->gid;  // read again, as describe() sent it
+  if (v.queryGid(port->ctx, static_cast<uint8_t>(port->port), port->gidIndex, &own) != 0) own = port->gid;
+  const bool sameSubnet = memcmp(peer.gid + 6, own.raw + 6, 2) == 0;
   const bool grh = port->roce || !sameSubnet;
   uint16_t dlid = peer.lid;
   if (!port->roce && !sameSubnet) {

@@ -47,7 +47,6 @@ struct Request {
   int pending = 0;  // completions still expected
   size_t bytes = 0;
   int n = 1, slot = 0;  // a receive: how many it groups, and its FIFO slot
-  void* mh[kMaxRecvs] = {};  // the registrations it uses: a send's one, a receive's n
 };
 
 // A request's index (in a work request's wr_id): kMaxRecvs per FIFO slot, one for
@@ -81,10 +80,6 @@ struct Comm {
   double goneAt = 0;          // when the setup stream was seen closed
   static constexpr double kGoneGraceSec = 0.1;
   Request reqs[kDepth * kMaxRecvs];  // by requestIndex()
-  // Registrations released while a request of this comm still used them: released
-  // once the queue pairs are gone (IbNetwork::closeComm), so that a peer's write into
-  // a receive posted before the teardown lands rather than failing on a dead rkey.
-  std::vector<void*> retired;
 
   Comm() {
     for (Request& r : reqs) r.comm = this;
@@ -92,14 +87,6 @@ struct Comm {
   virtual ~Comm() {
     q.destroy();
     if (fd >= 0) close(fd);
-  }
-  // True while a posted receive or an unfinished send uses registration `mh`.
-  bool busyWith(const void* mh) const {
-    for (const Request& r : reqs)
-      if (r.kind == 1 || r.kind == 2)
-        for (int i = 0; i < (r.kind == 2 ? r.n : 1); ++i)
-          if (r.mh[i] == mh) return true;
-    return false;
   }
   void setFailed(ncclResult_t code, std::string why) {
     if (failed) return;
@@ -172,10 +159,14 @@ struct Comm {
       if (n < 16) return;
     }
   }
+  // A failed post fails the comm too: work requests of a chain before the one refused
+  // are on their way, unsignalled, and nothing would account for them.
   void post(int qp, ibv_send_wr* wr) {
     ibv_send_wr* bad = nullptr;
     int rc = ibv_post_send(q.qps[qp], wr, &bad);
-    if (rc) fail(ncclSystemError, "IB: ibv_post_send to %s failed: %s", q.where(qp).c_str(), strerror(rc));
+    if (!rc) return;
+    setFailed(ncclSystemError, format("IB: ibv_post_send to %s failed: %s", q.where(qp).c_str(), strerror(rc)));
+    throwIfFailed();
   }
 };
 

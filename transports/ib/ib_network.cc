@@ -174,17 +174,7 @@ class IbNetwork final : public net::Network {
     gTotals.dmabufRegistrations.fetch_add(1, std::memory_order_relaxed);
     return mr;
   }
-  // A registration a posted receive or a send still uses waits for the connection's
-  // close, and is released after its queue pairs are destroyed.
   void deregMr(void* comm, void* mhandle) override {
-    auto* c = static_cast<Comm*>(comm);
-    if (c->busyWith(mhandle)) {
-      c->retired.push_back(mhandle);
-      return;
-    }
-    release(*c->q.port, mhandle);
-  }
-  void release(const Port& port, void* mhandle) {
     {
       std::lock_guard<std::mutex> lock(dmabufMu_);
       if (dmabufMrs_.erase(static_cast<ibv_mr*>(mhandle))) {
@@ -192,7 +182,7 @@ class IbNetwork final : public net::Network {
         return;
       }
     }
-    port.mrs->release(mhandle);
+    static_cast<Comm*>(comm)->q.port->mrs->release(mhandle);
   }
   // A receive into a dma-buf registration (device memory) reads one word back
   // through a loopback queue pair: the read completes after the NIC's writes.
@@ -300,7 +290,6 @@ class IbNetwork final : public net::Network {
       completions += w;  // each signalled
     }
     r.kind = 1;
-    r.mh[0] = mhandle;
     r.pending = completions;
     r.bytes = bytes;
     c->matched |= 1u << i;
@@ -356,7 +345,6 @@ class IbNetwork final : public net::Network {
     r.pending = parts;
     r.bytes = 0;
     r.n = n;
-    for (int i = 0; i < n; ++i) r.mh[i] = b[i].mhandle;
     r.slot = slot;
     ++c->posted;
     gTotals.fifoWrites.fetch_add(1, std::memory_order_relaxed);
@@ -530,10 +518,7 @@ class IbNetwork final : public net::Network {
                 (unsigned long long)n.dataWrites, (unsigned long long)n.messagesReceived,
                 (unsigned long long)n.fifoWrites, (unsigned long long)n.registrations,
                 (unsigned long long)n.registrationHits);
-    const Port* port = c->q.port;
-    std::vector<void*> retired = std::move(c->retired);
-    delete c;  // its queue pairs first
-    for (void* mh : retired) release(*port, mh);
+    delete c;
   }
 
   std::string name_ = "IB";
