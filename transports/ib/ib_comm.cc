@@ -49,12 +49,17 @@ void QpSet::describe(WireInfo* w) const {
   w->magic = kMagic;
   w->nqps = static_cast<uint32_t>(nqps);
   for (int i = 0; i < nqps; ++i) w->qpn[i] = qps[i]->qp_num;
-  ibv_gid gid = port->gid;  // read again: a RoCE GID follows the interface's address
-  if (verbs()->queryGid(port->ctx, static_cast<uint8_t>(port->port), port->gidIndex, &gid) != 0) gid = port->gid;
+  ibv_gid gid = currentGid();
   memcpy(w->gid, gid.raw, 16);
   w->lid = port->attr.lid;
   w->linkLayer = port->attr.link_layer;
   w->mtu = static_cast<uint8_t>(port->attr.active_mtu);
+}
+
+ibv_gid QpSet::currentGid() const {
+  ibv_gid gid = port->gid;
+  if (verbs()->queryGid(port->ctx, static_cast<uint8_t>(port->port), port->gidIndex, &gid) != 0) gid = port->gid;
+  return gid;
 }
 
 void QpSet::connectTo(const WireInfo& peer) {
@@ -76,8 +81,7 @@ void QpSet::connectTo(const WireInfo& peer) {
   // InfiniBand, as NCCL: the local subnet prefix (GID bytes 6-7) alike, by LID; else
   // with a GRH, to the peer's FLID (GID bytes 4-5), the LID that routes to it from
   // other subnets. RoCE always with a GRH.
-  ibv_gid own = port->gid;  // read again, as describe() sent it
-  if (v.queryGid(port->ctx, static_cast<uint8_t>(port->port), port->gidIndex, &own) != 0) own = port->gid;
+  ibv_gid own = currentGid();  // as describe() sent it
   const bool sameSubnet = memcmp(peer.gid + 6, own.raw + 6, 2) == 0;
   const bool grh = port->roce || !sameSubnet;
   uint16_t dlid = peer.lid;

@@ -68,6 +68,8 @@ struct QpSet {
   void create(const Port& p, int queuePairs);
   // This end's part of the info (queue pairs, GID, LID, MTU).
   void describe(WireInfo* w) const;
+  // The port's GID as it reads now (a RoCE GID follows the interface's address).
+  ibv_gid currentGid() const;
   // Brings every queue pair to RTS, addressed to the peer's; throws on mismatch.
   void connectTo(const WireInfo& peer);
   void destroy();

@@ -80,6 +80,8 @@ struct Comm {
   double goneAt = 0;          // when the setup stream was seen closed
   static constexpr double kGoneGraceSec = 0.1;
   Request reqs[kDepth * kMaxRecvs];  // by requestIndex()
+  std::vector<ibv_send_wr> chain;  // a message part's writes as they are posted (IbNetwork::writePart)
+  std::vector<ibv_sge> chainSges;
 
   Comm() {
     for (Request& r : reqs) r.comm = this;

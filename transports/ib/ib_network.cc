@@ -485,8 +485,10 @@ class IbNetwork final : public net::Network {
     if (len == 0 && !imm) return 0;
     bool split = imm && apart && len > 0;
     size_t pieces = len == 0 ? 1 : (len + most - 1) / most;
-    std::vector<ibv_sge> sges(pieces);
-    std::vector<ibv_send_wr> wrs(pieces + (split ? 1 : 0));
+    std::vector<ibv_sge>& sges = c->chainSges;  // the comm's: no allocation per send once grown
+    std::vector<ibv_send_wr>& wrs = c->chain;
+    sges.assign(pieces, ibv_sge{});
+    wrs.assign(pieces + (split ? 1 : 0), ibv_send_wr{});
     for (size_t k = 0; k < wrs.size(); ++k) {
       size_t off = std::min(len, k * most), piece = k < pieces ? std::min(most, len - off) : 0;
       bool carriesImm = imm && (split ? k == pieces : k + 1 == pieces);
