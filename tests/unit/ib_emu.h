@@ -8,9 +8,14 @@
 
 #include "base/config.h"
 #include "transports/ib/ib_network.h"
+#include "verify/reference.h"
 #include "network_link.h"
 
 namespace strata::transport::ib {
+
+// Byte i of buffer `tag`'s data (the reference module's, unique per tag and position
+// as far as 8 bits allow: a chunk at the wrong offset does not match it).
+inline uint8_t byteOf(int tag, size_t i) { return static_cast<uint8_t>(verify::movedValue(tag, i, ncclUint8)); }
 
 // RDMA writes a message part of `bytes` takes: the port's max_msg_sz at most each
 // (the emulator's, STRATA_VERBS_EMU_MAX_MSG: the .small_max_msg variant sets 64 KiB).

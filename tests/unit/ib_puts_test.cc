@@ -22,10 +22,6 @@
 namespace strata::transport::ib {
 namespace {
 
-// Byte i of put `tag`'s data (the reference module's, unique per tag and position
-// as far as 8 bits allow: a chunk at the wrong offset does not match it).
-uint8_t byteOf(int tag, size_t i) { return static_cast<uint8_t>(verify::movedValue(tag, i, ncclUint8)); }
-
 // One-sided puts through the net transport over IB: each put is one RDMA write from
 // the sender's buffer straight into the receiver's offered one, and buffers the
 // user registered (persist(), as ncclCommRegister does) register nothing per put.

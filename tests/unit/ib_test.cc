@@ -297,8 +297,8 @@ TEST(IbNetwork, DmaBufRegistrationsReceiveSendAndFlush) {
   DmaBuf in(kBytes, 0x7e1000000000), out(kBytes, 0x7e2000000000);
   ASSERT_TRUE(in.view && out.view);
   std::vector<char> src(kBytes), dst(kBytes);
-  for (size_t i = 0; i < kBytes; ++i) src[i] = static_cast<char>(i * 13 + 5);
-  for (size_t i = 0; i < kBytes; ++i) out.view[i] = static_cast<char>(i * 7 + 3);
+  for (size_t i = 0; i < kBytes; ++i) src[i] = static_cast<char>(byteOf(1, i));
+  for (size_t i = 0; i < kBytes; ++i) out.view[i] = static_cast<char>(byteOf(2, i));
   Counters before = counters();
   void* rmh = l.net->regMrDmaBuf(l.recv, in.iova, kBytes, net::abi::kPtrCuda, DmaBuf::kOffset, in.fd);
   void* smh = l.net->regMr(l.send, src.data(), kBytes, net::abi::kPtrHost);

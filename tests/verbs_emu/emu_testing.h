@@ -12,7 +12,15 @@
 #include <thread>
 #include <vector>
 
+#include "verify/reference.h"
+
 namespace emu_testing {
+
+// Byte i of buffer `tag`'s data (the reference module's, unique per tag and position
+// as far as 8 bits allow: a chunk at the wrong offset does not match it).
+inline char byteOf(int tag, size_t i) {
+  return static_cast<char>(strata::verify::movedValue(tag, i, ncclUint8));
+}
 
 inline double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -145,7 +153,7 @@ struct Pair : ::testing::Test {
   ibv_mr* srcMr = nullptr;
   ibv_mr* dstMr = nullptr;
   void SetUp() override {
-    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>(i * 7 + 1);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = byteOf(1, i);
     srcMr = ibv_reg_mr(a.pd, src.data(), src.size(), kAll);
     dstMr = ibv_reg_mr(b.pd, dst.data(), dst.size(), kAll);
     ASSERT_TRUE(srcMr && dstMr);

@@ -40,7 +40,7 @@ Outcome writeAToB(Node& a, Node& b) {
   EXPECT_EQ(toRts(a, 7, 12), 0);
   EXPECT_EQ(toRts(b, 7, 12), 0);
   std::vector<char> src(8192), dst(8192, 0);
-  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>(i * 13 + 5);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = byteOf(2, i);
   ibv_mr* s = ibv_reg_mr(a.pd, src.data(), src.size(), kAll);
   ibv_mr* d = ibv_reg_mr(b.pd, dst.data(), dst.size(), kAll);
   EXPECT_EQ(postWrite(a, IBV_WR_RDMA_WRITE, src.data(), 8192, s->lkey, reinterpret_cast<uint64_t>(dst.data()),
