@@ -12,8 +12,9 @@
 
 namespace strata::transport::ib {
 
-// Per queue pair: every receive of every slot (up to 4 writes each: messages above
-// max_msg_sz take several), each group's write of the sizes, and the FIFO writes.
+// Per queue pair: every receive of every slot (4 writes each: a message of 4 GiB at
+// mlx5's 1 GiB max_msg_sz), each group's write of the sizes, and the FIFO writes.
+// Messages that take more writes (a smaller max_msg_sz) wait for room (Comm::post).
 constexpr int kSendWrs = (4 * kMaxRecvs + 1) * kDepth;
 
 void QpSet::create(const Port& p, int queuePairs) {
@@ -29,6 +30,8 @@ void QpSet::create(const Port& p, int queuePairs) {
     a.recv_cq = cq;
     a.qp_type = IBV_QPT_RC;
     a.cap.max_send_wr = kSendWrs;
+    sendWrs = kSendWrs;
+    sqFree[i] = kSendWrs;
     a.cap.max_recv_wr = kDepth;
     a.cap.max_send_sge = 1;
     a.cap.max_recv_sge = 1;
@@ -139,6 +142,12 @@ void QpSet::destroy() {
   for (int i = 0; i < nqps; ++i)
     if (qps[i]) v->destroyQp(qps[i]), qps[i] = nullptr;
   if (cq) v->destroyCq(cq), cq = nullptr;
+}
+
+int QpSet::indexOf(uint32_t qpNum) const {
+  for (int i = 0; i < nqps; ++i)
+    if (qps[i] && qps[i]->qp_num == qpNum) return i;
+  return 0;
 }
 
 std::string QpSet::where(int qp) const {

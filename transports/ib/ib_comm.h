@@ -60,6 +60,8 @@ struct QpSet {
   ibv_cq* cq = nullptr;
   int nqps = 1;
   ibv_qp* qps[kMaxQps] = {};
+  int sendWrs = 0;           // each queue pair's send queue (max_send_wr)
+  int sqFree[kMaxQps] = {};  // its slots no posted work request holds (Comm::post takes, completions give back)
   std::string peerHost;
   uint32_t peerPid = 0;
   std::string route;  // after connectTo: "path MTU 1024, LID 0x12" or "..., GRH to <gid>", for the log
@@ -73,6 +75,8 @@ struct QpSet {
   // Brings every queue pair to RTS, addressed to the peer's; throws on mismatch.
   void connectTo(const WireInfo& peer);
   void destroy();
+  // The index of the queue pair numbered `qpNum` (0 when none is).
+  int indexOf(uint32_t qpNum) const;
   // "host (pid N), QP 0x.. on dev:port": for messages.
   std::string where(int qp) const;
 };

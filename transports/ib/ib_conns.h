@@ -24,7 +24,8 @@
 
 namespace strata::transport::ib::conn {
 
-// What a work request is, in the top byte of its wr_id (the low bits: its request slot).
+// What a work request is, in the top byte of its wr_id (the low 16 bits: its request
+// slot; bits 16-47 of a signalled send: the send-queue slots its completion frees).
 constexpr uint64_t kSendTag = 1ull << 56, kRecvTag = 2ull << 56, kFifoTag = 3ull << 56, kFlushTag = 4ull << 56;
 
 // What this process's IB connections did (ib_network.h counters()).
@@ -141,6 +142,7 @@ struct Comm {
     }
     uint64_t tag = wc.wr_id & (0xffull << 56);
     Request& r = reqs[wc.wr_id & 0xffff];
+    if (tag == kSendTag || tag == kFifoTag) q.sqFree[q.indexOf(wc.qp_num)] += static_cast<int>(wc.wr_id >> 16 & 0xffffffff);
     if (tag == kSendTag) {
       --r.pending;
     } else if (tag == kRecvTag) {
@@ -161,9 +163,26 @@ struct Comm {
       if (n < 16) return;
     }
   }
-  // A failed post fails the comm too: work requests of a chain before the one refused
+  // True when queue pair `qp`'s send queue has room for `wrs` more work requests.
+  bool room(int qp, int wrs) const { return q.sqFree[qp] >= wrs; }
+  // Posts a chain whose last work request is signalled (callers check room first):
+  // each signalled one carries the slots its completion frees, its own and those of
+  // the unsignalled ones before it (the device frees them when it is polled). A
+  // failed post fails the comm too: work requests of a chain before the one refused
   // are on their way, unsignalled, and nothing would account for them.
   void post(int qp, ibv_send_wr* wr) {
+    uint64_t since = 0;
+    int wrs = 0;
+    for (ibv_send_wr* w = wr; w; w = w->next) {
+      ++since, ++wrs;
+      if (!(w->send_flags & IBV_SEND_SIGNALED)) continue;
+      w->wr_id = (w->wr_id & ~(0xffffffffull << 16)) | since << 16;
+      since = 0;
+    }
+    STRATA_REQUIRE(since == 0 && wrs <= q.sqFree[qp], ncclInternalError,
+                   "IB: a chain of %d work requests for %s (%d send-queue slots free; its last must be signalled)",
+                   wrs, q.where(qp).c_str(), q.sqFree[qp]);
+    q.sqFree[qp] -= wrs;
     ibv_send_wr* bad = nullptr;
     int rc = ibv_post_send(q.qps[qp], wr, &bad);
     if (!rc) return;

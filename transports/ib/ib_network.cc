@@ -275,11 +275,13 @@ class IbNetwork final : public net::Network {
     auto* mr = static_cast<ibv_mr*>(mhandle);
     int parts = c->split ? c->q.nqps : 1;
     size_t chunk = ((bytes + parts - 1) / parts + 127) & ~size_t(127);
+    bool apart = c->ar && bytes > config().ibArThreshold;
+    if (!sendQueuesHaveRoom(c, bytes, chunk, n == 1, apart, n > 1 && last)) return nullptr;  // not yet: retried
     int writes = 0, completions = 0;
     for (int p = 0; p < parts; ++p) {
       size_t off = std::min(bytes, p * chunk), len = std::min(chunk, bytes - off);
       int w = writePart(c, qpFor(c, p), requestIndex(slot, i), reinterpret_cast<char*>(data) + off, len, mr->lkey,
-                        want.addr + off, want.rkey, n == 1, c->ar && bytes > config().ibArThreshold);
+                        want.addr + off, want.rkey, n == 1, apart);
       writes += w;
       completions += w ? 1 : 0;
     }
@@ -468,6 +470,35 @@ class IbNetwork final : public net::Network {
     }
     return parts;
   }
+  static size_t maxWrite(const Comm* c) {
+    return c->q.port->attr.max_msg_sz ? c->q.port->attr.max_msg_sz : (size_t(1) << 30);
+  }
+  // The writes writePart posts for a part of `len` bytes.
+  static int partWrites(const Comm* c, size_t len, bool imm, bool apart) {
+    if (len == 0 && !imm) return 0;
+    size_t most = maxWrite(c);
+    return static_cast<int>(len == 0 ? 1 : (len + most - 1) / most) + (imm && apart && len > 0 ? 1 : 0);
+  }
+  // Whether every queue pair a message of `bytes` (parts of `chunk`) uses has room
+  // for its writes (and the group's sizes, `sizes`) now: a message is posted whole or
+  // not at all, and waits while earlier writes hold the slots (a port whose
+  // max_msg_sz splits messages into many writes). One that could never fit is an error.
+  static bool sendQueuesHaveRoom(SendComm* c, size_t bytes, size_t chunk, bool imm, bool apart, bool sizes) {
+    int need[kMaxQps] = {};
+    int parts = c->split ? c->q.nqps : 1;
+    for (int p = 0; p < parts; ++p) {
+      size_t off = std::min(bytes, p * chunk);
+      need[qpFor(c, p)] += partWrites(c, std::min(chunk, bytes - off), imm, apart) + (sizes ? 1 : 0);
+    }
+    for (int qp = 0; qp < c->q.nqps; ++qp) {
+      STRATA_REQUIRE(need[qp] <= c->q.sendWrs, ncclInvalidUsage,
+                     "IB: a message of %zu bytes takes %d writes on %s (the port's max_msg_sz is %zu bytes), more "
+                     "than its send queue of %d holds",
+                     bytes, need[qp], c->q.where(qp).c_str(), maxWrite(c), c->q.sendWrs);
+      if (!c->room(qp, need[qp])) return false;
+    }
+    return true;
+  }
   // One part of a message on queue pair `qp`: RDMA writes of at most the port's
   // max_msg_sz. With `imm` (a receive of its own) the last carries the part's size
   // as its immediate: the receiver's one receive completes on it, in-order delivery
@@ -481,7 +512,7 @@ class IbNetwork final : public net::Network {
   // Returns the writes posted (0: none, and no completion to wait for).
   static int writePart(Comm* c, int qp, int req, char* src, size_t len, uint32_t lkey, uint64_t dst, uint32_t rkey,
                        bool imm, bool apart) {
-    size_t most = c->q.port->attr.max_msg_sz ? c->q.port->attr.max_msg_sz : (1u << 30);
+    size_t most = maxWrite(c);
     if (len == 0 && !imm) return 0;
     bool split = imm && apart && len > 0;
     size_t pieces = len == 0 ? 1 : (len + most - 1) / most;
