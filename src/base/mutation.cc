@@ -13,7 +13,8 @@ constexpr const char* kNames[kMutationCount] = {"",           "ring_chunk_shift"
                                                 "kernel_relaxed_flag",            "tree_child_twice",
                                                 "kernel_skip_barrier",            "kernel_ll_one_flag",
                                                 "ib_no_fork_init",                "net_bounce_shift",
-                                                "ib_own_mtu",                     "ib_no_gdr_flush"};
+                                                "ib_own_mtu",                     "ib_no_gdr_flush",
+                                                "kernel_skip_acquire"};
 
 Mutation parse(const std::string& name) {
   for (int m = 1; m < kMutationCount; ++m)

@@ -24,11 +24,12 @@ enum class Mutation {
   kNetBounceShift,         // a put received through the library's registered buffer is copied out one byte further on
   kIbOwnMtu,               // an IB connection's path MTU is its own port's, not the smaller of the two ends'
   kIbNoGdrFlush,           // a receive into device memory over IB is not flushed before the GPU reads it
+  kKernelSkipAcquire,      // a pipelined kernel reads a slot after a relaxed poll of its flag, with no acquire
 };
 
 // The names STRATA_MUTATION takes, in enum order (kNone is "").
 const char* mutationName(Mutation m);
-constexpr int kMutationCount = 14;
+constexpr int kMutationCount = 15;
 
 #ifdef STRATA_MUTATIONS
 constexpr bool kMutationsBuilt = true;

@@ -214,6 +214,7 @@ void launchKernelPipe(const KernelPipe& k, void* stream) {
   run.relaxedFlag = mutated(Mutation::kKernelRelaxedFlag);
   run.skipBarrier = mutated(Mutation::kKernelSkipBarrier);
   run.llOneFlag = mutated(Mutation::kKernelLLOneFlag);
+  run.skipAcquire = mutated(Mutation::kKernelSkipAcquire);
   backend().kernelPipe(run, stream);
 }
 int pipeChannels(int device) { return backend().pipeChannels(device); }

@@ -78,6 +78,7 @@ struct KernelPipe {
   uint64_t timeoutNs = 0;                   // 0: waits end only on the stop or poison word
   bool relaxedFlag = false;                 // the mutation stage's faults (base/mutation.h)
   bool skipBarrier = false;
+  bool skipAcquire = false;                 // a wait ends on its relaxed poll, with no acquire
   bool llOneFlag = false;                   // an LL reader checks only a unit's first line
 
   // Region layout: the poison word at the region's start; at `part`, per channel and
@@ -266,7 +267,7 @@ class Channel {
       }
       p_.pause();
     }
-    (void)p_.loadAcquire(word);
+    if (!k_.skipAcquire) (void)p_.loadAcquire(word);
     return 0;
   }
 

@@ -37,24 +37,31 @@ uint32_t PipeBlock::barrier(uint32_t v) {
   return or_[g & 1].load(std::memory_order_acquire);
 }
 
-bool PipeBlock::hold(char* dst, const void* src, size_t bytes) {
-  if (!weak_ || bytes == 0) return false;
+int PipeBlock::regionOf(const char* p) const {
   const KernelPipe& k = *k_;
   size_t regionBytes = k.part + KernelPipe::regionBytes(k.channels, k.conns, k.depth, k.slotBytes);
-  int self = k.algo == KernelPipe::kRing ? KernelPipe::kSelf : k.rank;
   int regions = k.algo == KernelPipe::kRing ? 3 : k.n;
-  for (int q = 0; q < regions; ++q) {
-    if (q == self || !k.region[q]) continue;
-    if (dst >= k.region[q] && dst < k.region[q] + regionBytes) {
-      // Copied in under the lock: a thread of a block whose barrier is missing may
-      // publish (and free) the held stores while this one still stores.
-      std::lock_guard<std::mutex> lock(heldMutex_);
-      const char* from = static_cast<const char*>(src);
-      held_.push_back(std::make_unique<Held>(Held{dst, std::vector<char>(from, from + bytes)}));
-      return true;
-    }
+  for (int q = 0; q < regions; ++q)
+    if (k.region[q] && p >= k.region[q] && p < k.region[q] + regionBytes) return q;
+  return -1;
+}
+
+bool PipeBlock::hold(char* dst, const void* src, size_t bytes) {
+  if (!weak_ || bytes == 0) return false;
+  int q = regionOf(dst);
+  if (q < 0 || q == (k_->algo == KernelPipe::kRing ? KernelPipe::kSelf : k_->rank)) return false;
+  // Copied in under the lock: a thread of a block whose barrier is missing may
+  // publish (and free) the held stores while this one still stores.
+  std::lock_guard<std::mutex> lock(heldMutex_);
+  const char* from = static_cast<const char*>(src);
+  held_.push_back(std::make_unique<Held>(Held{dst, std::vector<char>(from, from + bytes)}));
+  return true;
+}
+
+void PipeBlock::raiseEpoch(uint64_t e) {
+  uint64_t was = epoch_.load(std::memory_order_relaxed);
+  while (was < e && !epoch_.compare_exchange_weak(was, e, std::memory_order_acq_rel)) {
   }
-  return false;
 }
 
 bool PipeBlock::holdWord(uint64_t* dst, uint64_t v) {
@@ -92,17 +99,46 @@ void PipeBlock::publish() {
     std::swap(pieces[i - 1], pieces[j]);
     std::swap(sizes[i - 1], sizes[j]);
   }
-  for (size_t i = 0; i < pieces.size(); ++i) memcpy(pieces[i].first, pieces[i].second, sizes[i]);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (weak_) visibility::land(pieces[i].first, pieces[i].second, sizes[i]);
+    else memcpy(pieces[i].first, pieces[i].second, sizes[i]);
+  }
   held_.clear();
 }
 
 PipePrims::PipePrims(const KernelPipe& k, PipeBlock& b, int thread, bool jitter, bool weak)
-    : k_(k), b_(b), thread_(thread), jitter_(jitter),
+    : k_(k), b_(b), thread_(thread), jitter_(jitter), weak_(weak),
       rng_(0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(pthread_self()) ^ (static_cast<uint64_t>(thread) << 40)) {
   if (thread == 0) {
     b.k_ = &k;
     b.weak_ = weak;
   }
+  if (weak_) visibility::join(&reader_);
+}
+
+PipePrims::~PipePrims() {
+  if (weak_) visibility::leave(&reader_);
+}
+
+uint64_t PipePrims::loadAcquire(const uint64_t* p) {
+  uint64_t v = __atomic_load_n(p, __ATOMIC_ACQUIRE);
+  if (weak_) visibility::acquired(&reader_, p);
+  return v;
+}
+
+int PipePrims::barrierOr(uint32_t v) {
+  if (!weak_) return b_.barrier(v) != 0;
+  b_.raiseEpoch(reader_.epoch);
+  int any = b_.barrier(v) != 0;
+  visibility::raise(&reader_, b_.epoch());
+  return any;
+}
+
+const char* PipePrims::source(const char* src, size_t bytes, int s) {
+  if (!weak_ || b_.regionOf(src) < 0) return src;
+  char* to = seen_.data() + static_cast<size_t>(s) * bytes;
+  visibility::read(to, src, bytes, reader_);
+  return to;
 }
 
 uint64_t PipePrims::now() const {
@@ -122,6 +158,7 @@ void PipePrims::jitter() {
 void PipePrims::storeRelease(uint64_t* p, uint64_t v) {
   jitter();
   b_.publish();
+  if (weak_) visibility::released(p);
   __atomic_store_n(p, v, __ATOMIC_RELEASE);
 }
 
@@ -143,8 +180,9 @@ void PipePrims::pass(const pipe::Pass& x) {
   // Sources the op multiplies first go through a scaled copy, as prepared inputs do.
   const void* in[KernelPipe::kMaxSources];
   scaled_.resize(bytes * x.nsrc + 1);
+  if (weak_) seen_.resize(bytes * x.nsrc + 1);
   for (int s = 0; s < x.nsrc; ++s) {
-    in[s] = x.src[s] + lo * es;
+    in[s] = source(x.src[s] + lo * es, bytes, s);
     if (x.premul >> s & 1) {
       char* to = scaled_.data() + s * bytes;
       device::prepare(to, in[s], cnt, k_.type, k_.op);

@@ -6,7 +6,8 @@
 // Harsher modes, as for the barrier-round kernel (sim_prims.h): jitter (random pauses
 // in data passes and release stores) and weak memory (a block's stores into peers'
 // regions are held back and published, shuffled, only at a release store or when the
-// block ends; a relaxed store publishes nothing).
+// block ends; a relaxed store publishes nothing; a pass's loads of what other blocks
+// published see it as of the thread's last acquire of a release: sim_visibility.h).
 #pragma once
 
 #include <atomic>
@@ -19,6 +20,7 @@
 
 #include "device/kernel_ll.h"
 #include "device/kernel_pipe.h"
+#include "device/sim_visibility.h"
 
 namespace strata::device::sim {
 
@@ -38,6 +40,11 @@ class PipeBlock {
   bool holdWord(uint64_t* dst, uint64_t v);
   // Every held store, in shuffled 4 KiB pieces, and every held LL word.
   void publish();
+  // The region `p` lies in (this rank's too), or -1.
+  int regionOf(const char* p) const;
+  // The largest epoch a thread brought to the barriers so far (weak memory).
+  void raiseEpoch(uint64_t e);
+  uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
   // A random part of the held LL words, in shuffled order (a GPU's stores land
   // eventually, in any order: a waiting thread lets some land).
   void publishSomeWords();
@@ -51,6 +58,7 @@ class PipeBlock {
   std::atomic<int> arrived_{0};
   std::atomic<uint64_t> generation_{0};
   std::atomic<uint32_t> or_[2] = {{0}, {0}};
+  std::atomic<uint64_t> epoch_{0};
   pipe::Block state_{};
   std::mutex heldMutex_;
   std::vector<std::unique_ptr<Held>> held_;
@@ -68,11 +76,15 @@ class PipeBlock {
 class PipePrims {
  public:
   PipePrims(const KernelPipe& k, PipeBlock& b, int thread, bool jitter, bool weak);
+  ~PipePrims();
+  PipePrims(const PipePrims&) = delete;
+  PipePrims& operator=(const PipePrims&) = delete;
   int thread() const { return thread_; }
   int threads() const { return b_.threads(); }
   uint64_t now() const;
   void pause() const;
-  uint64_t loadAcquire(const uint64_t* p) const { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+  // Under weak memory the thread's view rises to the release that raised the word.
+  uint64_t loadAcquire(const uint64_t* p);
   uint64_t loadRelaxed(const uint64_t* p) const { return __atomic_load_n(p, __ATOMIC_RELAXED); }
   // Cumulative, as PTX's: publishes the block's held stores (the barrier before it
   // ordered them), then the word. A relaxed store publishes nothing.
@@ -85,7 +97,8 @@ class PipePrims {
     uint32_t none = 0;
     __atomic_compare_exchange_n(w, &none, v, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
   }
-  int barrierOr(uint32_t v) { return b_.barrier(v) != 0; }
+  // Under weak memory the threads leave with the newest view any of them brought.
+  int barrierOr(uint32_t v);
   // This thread's share of the pass: whole 16-byte vectors of it, as a GPU's threads split one.
   void pass(const pipe::Pass& x);
 
@@ -100,10 +113,15 @@ class PipePrims {
 
  private:
   void jitter();
+  // A source of a pass: where it is read from (under weak memory, a copy as this
+  // thread sees it when it lies in a region).
+  const char* source(const char* src, size_t bytes, int s);
   const KernelPipe& k_;
   PipeBlock& b_;
   int thread_;
-  bool jitter_;
+  bool jitter_, weak_;
+  visibility::Reader reader_;
+  std::vector<char> seen_;
   uint64_t rng_;
   std::vector<char> scratch_, scaled_;
 };

@@ -78,7 +78,7 @@ double expected(const Case& c, int rank, size_t i, int op) {
 }
 
 struct Fault {
-  bool skipBarrier = false, relaxedFlag = false, llOneFlag = false, weak = false, jitter = false;
+  bool skipBarrier = false, relaxedFlag = false, skipAcquire = false, llOneFlag = false, weak = false, jitter = false;
 };
 
 // `ops` operations of `c`, ranks as threads; "" when every output is exact.
@@ -135,6 +135,7 @@ std::string run(const Case& c, int ops, const Fault& f = {}, int threads = 2) {
         k.timeoutNs = 20000000000ull;
         k.skipBarrier = f.skipBarrier;
         k.relaxedFlag = f.relaxedFlag;
+        k.skipAcquire = f.skipAcquire;
         k.llOneFlag = f.llOneFlag;
         std::vector<std::unique_ptr<sim::PipeBlock>> blocks;
         for (int b = 0; b < k.blocks; ++b) blocks.push_back(std::make_unique<sim::PipeBlock>(threads));
@@ -218,6 +219,39 @@ TEST(PipeProtocol, ExactUnderWeakMemoryAndJitter) {
   EXPECT_EQ(run({K::kReduceScatter, KernelPipe::kMeshLL, 3, 3001, ncclBfloat16}, 3, harsh, 2), "");
 }
 
+// The weak-memory model's stale loads, directly: a reader sees a publish only once
+// it acquired the word released after it (or a barrier passed it on).
+TEST(Visibility, ALoadSeesWhatItsLastAcquireSynchronisedWith) {
+  namespace v = sim::visibility;
+  std::vector<char> slot(64, 'a'), seen(64);
+  uint64_t flag = 0, other = 0;
+  v::Reader r, late;
+  v::join(&r);
+  v::land(slot.data() + 8, std::string(16, 'b').data(), 16);
+  v::land(slot.data() + 16, std::string(16, 'c').data(), 16);
+  v::released(&flag);
+  v::read(seen.data(), slot.data(), 64, r);
+  EXPECT_EQ(std::string(seen.data(), 64), std::string(64, 'a'));  // nothing acquired: the old bytes
+  v::acquired(&r, &other);                                          // a word no release raised
+  v::read(seen.data(), slot.data(), 64, r);
+  EXPECT_EQ(std::string(seen.data(), 64), std::string(64, 'a'));
+  v::join(&late);  // a reader that begins now sees what came before it
+  v::read(seen.data(), slot.data(), 64, late);
+  EXPECT_EQ(std::string(seen.data(), 64), std::string(8, 'a') + std::string(8, 'b') + std::string(16, 'c') + std::string(32, 'a'));
+  v::acquired(&r, &flag);
+  v::read(seen.data(), slot.data(), 64, r);
+  EXPECT_EQ(std::string(seen.data(), 64), std::string(8, 'a') + std::string(8, 'b') + std::string(16, 'c') + std::string(32, 'a'));
+  v::land(slot.data(), std::string(4, 'd').data(), 4);  // after the acquire: unseen until the next
+  v::read(seen.data(), slot.data(), 4, r);
+  EXPECT_EQ(std::string(seen.data(), 4), "aaaa");
+  v::raise(&r, late.epoch + 1);  // a barrier passed on a newer view
+  v::read(seen.data(), slot.data(), 4, r);
+  EXPECT_EQ(std::string(seen.data(), 4), "dddd");
+  v::leave(&r);
+  v::leave(&late);
+  EXPECT_EQ(v::recordedBytes(), 0u);
+}
+
 // The faults the strict simulator must expose: each makes the same run wrong.
 TEST(PipeProtocol, AMissingBarrierFails) {
   Fault f;
@@ -237,6 +271,21 @@ TEST(PipeProtocol, ARelaxedFlagFailsUnderWeakMemory) {
   Fault f;
   f.relaxedFlag = f.weak = f.jitter = true;
   EXPECT_NE(run({K::kAllReduce, KernelPipe::kRing, 4, 40007}, 3, f, 2), "");
+}
+
+// A reader that trusts its relaxed poll of the ready flag, with no acquire after it,
+// may be served the slot's previous contents (weak memory: loads see what was
+// published as of the thread's last acquire). Without jitter, so the stale view is
+// the model's doing and not a race's.
+TEST(PipeProtocol, AMissingAcquireFailsUnderWeakMemory) {
+  Fault f;
+  f.skipAcquire = f.weak = true;
+  EXPECT_NE(run({K::kAllReduce, KernelPipe::kRing, 4, 20011}, 2, f, 2), "");
+  EXPECT_NE(run({K::kAllGather, KernelPipe::kMesh, 3, 3001}, 2, f, 2), "");
+  f.skipAcquire = false;  // the same runs with the acquire are exact
+  EXPECT_EQ(run({K::kAllReduce, KernelPipe::kRing, 4, 20011}, 2, f, 2), "");
+  EXPECT_EQ(run({K::kAllGather, KernelPipe::kMesh, 3, 3001}, 2, f, 2), "");
+  EXPECT_EQ(sim::visibility::recordedBytes(), 0u);  // no kernel runs: nothing kept
 }
 
 }  // namespace

@@ -1,0 +1,51 @@
+// Stale loads for the simulated GPUs' weak memory mode: a thread's loads of
+// memory that other blocks published see it as it was at the thread's last
+// acquire that synchronised with a release, as a GPU's may (a load may be served
+// early, or from a line cached before the data arrived) until an acquire orders it.
+//
+// Every publish of held stores (sim_pipe.cc) goes through `land`, which keeps the
+// bytes it overwrites with a sequence number; a release records the sequence its
+// word was raised at; an acquire that reads the word raises the thread's epoch to
+// it; a block barrier gives its threads the largest epoch among them (bar.sync
+// orders one thread's acquire before the others' later loads). `read` gives the
+// bytes of a range as of an epoch: the current bytes, with every newer overwrite
+// undone, newest first. Records no registered reader can need are dropped.
+//
+// Threads of one process only: a publish in another process (ranks as processes
+// sharing memfd-backed GPUs) is not recorded, so its data reads fresh.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace strata::device::sim::visibility {
+
+// One thread's view. Its epoch changes only under the log's lock (the log reads every
+// reader's to drop what none needs); its own thread may read it at any time.
+struct Reader {
+  uint64_t epoch = 0;
+};
+
+// Registers a reader, its epoch the current sequence (a kernel sees what was
+// published before it began); `leave` unregisters it.
+void join(Reader* r);
+void leave(Reader* r);
+
+// Stores `bytes` from `src` at `dst`, keeping what they overwrite.
+void land(char* dst, const char* src, size_t bytes);
+
+// Records that the word at `word` is being raised by a release now (after `land`
+// of everything the release publishes).
+void released(const uint64_t* word);
+// An acquire by `r` read `word`: its epoch rises to the sequence of the word's release.
+void acquired(Reader* r, const uint64_t* word);
+// `r`'s epoch rises to `epoch` (a barrier passed on another thread's).
+void raise(Reader* r, uint64_t epoch);
+
+// Copies `bytes` at `src` into `to` as `r` sees them.
+void read(char* to, const char* src, size_t bytes, const Reader& r);
+
+// The published bytes still recorded (tests: the log stays bounded).
+size_t recordedBytes();
+
+}  // namespace strata::device::sim::visibility
