@@ -207,6 +207,7 @@ Config Config::parse(const std::function<const char*(const char*)>& lookup) {
   }
   p.str("NCCL_IB_ADDR_RANGE", &c.ibAddrRange);
   p.integer("NCCL_IB_TC", &c.ibTc, 0, 255);
+  p.integer("NCCL_IB_FIFO_TC", &c.ibFifoTc, -1, 255);
   p.integer("NCCL_IB_SL", &c.ibSl, 0, 15);
   p.integer("NCCL_IB_TIMEOUT", &c.ibTimeout, 1, 31);
   p.integer("NCCL_IB_RETRY_CNT", &c.ibRetryCnt, 0, 7);

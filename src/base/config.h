@@ -85,7 +85,8 @@ struct Config {
   int ibRoceVersion = 2;                    // NCCL_IB_ROCE_VERSION_NUM: RoCE version the GID is chosen for (1, 2)
   std::string ibAddrFamily = "AF_INET";     // NCCL_IB_ADDR_FAMILY: address family the GID is chosen for (AF_INET, AF_INET6)
   std::string ibAddrRange;                  // NCCL_IB_ADDR_RANGE: the GID's address within this prefix ("10.0.0.0/8")
-  int ibTc = 0;                             // NCCL_IB_TC: traffic class (RoCE)
+  int ibTc = 0;                             // NCCL_IB_TC: traffic class (GRH)
+  int ibFifoTc = -1;                        // NCCL_IB_FIFO_TC: a RoCE receiver's control messages' (-1: ibTc)
   int ibSl = 0;                             // NCCL_IB_SL: service level (InfiniBand)
   int ibTimeout = 20;                       // NCCL_IB_TIMEOUT: QP ack timeout, 4.096 us x 2^N (NCCL's default 20)
   int ibRetryCnt = 7;                       // NCCL_IB_RETRY_CNT: QP retries

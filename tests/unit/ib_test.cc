@@ -386,6 +386,49 @@ TEST(IbNetwork, SplitOverQueuePairsReassemblesOddSizes) {
   l.net->deregMr(l.recv, rmh);
 }
 
+// NCCL_IB_TC and NCCL_IB_SL set every queue pair's class; NCCL_IB_FIFO_TC (RoCE, as
+// the emulated port is) the receiver's, whose writes are the FIFO's control messages.
+// Unset, the receiver's take NCCL_IB_TC too. A message crosses either way.
+TEST(IbNetwork, TrafficClassesAsNcclSetsThem) {
+  setenv("NCCL_IB_TC", "104", 1);
+  setenv("NCCL_IB_SL", "3", 1);
+  for (const char* fifo : {"96", ""}) {
+    SCOPED_TRACE(std::string("NCCL_IB_FIFO_TC=") + fifo);
+    *fifo ? setenv("NCCL_IB_FIFO_TC", fifo, 1) : unsetenv("NCCL_IB_FIFO_TC");
+    reloadConfig();
+    Link l;
+    ASSERT_TRUE(l.send && l.recv);
+    void* emu = dlopen(config().ibverbsLib.c_str(), RTLD_NOW | RTLD_NOLOAD);
+    auto qpClass = emu ? reinterpret_cast<int (*)(uint32_t, int*, int*)>(dlsym(emu, "strata_verbs_emu_qp_class"))
+                       : nullptr;
+    ASSERT_NE(qpClass, nullptr);
+    int tc = -1, sl = -1;
+    ASSERT_EQ(qpClass(static_cast<conn::SendComm*>(l.send)->q.qps[0]->qp_num, &tc, &sl), 0);
+    EXPECT_EQ(tc, 104);
+    EXPECT_EQ(sl, 3);
+    ASSERT_EQ(qpClass(static_cast<conn::RecvComm*>(l.recv)->q.qps[0]->qp_num, &tc, &sl), 0);
+    EXPECT_EQ(tc, *fifo ? 96 : 104);
+    EXPECT_EQ(sl, 3);
+    std::vector<char> src(4099), dst(4099, 0);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>(byteOf(11, i));
+    void* smh = l.net->regMr(l.send, src.data(), src.size(), net::abi::kPtrHost);
+    void* rmh = l.net->regMr(l.recv, dst.data(), dst.size(), net::abi::kPtrHost);
+    void* r = l.net->irecv(l.recv, dst.data(), dst.size(), 2, rmh);
+    ASSERT_NE(r, nullptr);
+    void* s = l.post(src.data(), src.size(), 2, smh);
+    ASSERT_NE(s, nullptr);
+    ASSERT_TRUE(l.wait(r, nullptr));
+    ASSERT_TRUE(l.wait(s, nullptr));
+    EXPECT_EQ(dst, src);
+    l.net->deregMr(l.send, smh);
+    l.net->deregMr(l.recv, rmh);
+  }
+  unsetenv("NCCL_IB_TC");
+  unsetenv("NCCL_IB_SL");
+  unsetenv("NCCL_IB_FIFO_TC");
+  reloadConfig();
+}
+
 // Receives answered back to back with messages of many writes each: in the
 // .small_max_msg variant (64 KiB writes) 8 messages of 32 MiB take 4096 writes, more
 // than a queue pair's send queue holds, so sends wait for room (before, the device

@@ -114,6 +114,7 @@ struct Qp {
   int sgidType = 0;       // its IBV_GID_TYPE_*
   uint16_t slid = 0, dlid = 0;
   int pathMtu = 0;        // ibv_mtu
+  int trafficClass = 0, serviceLevel = 0;  // the GRH's traffic class (global only), the SL
   std::deque<SendWr> pending;   // posted, not yet on the wire
   std::deque<SendWr> inflight;  // on the wire, awaiting the response
   // Send-queue slots of work requests that completed, still taken: as mlx5 frees

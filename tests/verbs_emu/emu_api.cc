@@ -360,6 +360,18 @@ __attribute__((visibility("default"))) int strata_verbs_emu_qp_stats(uint32_t qp
   return 0;
 }
 
+// Tests' view (not libibverbs API): the traffic class and service level queue pair
+// `qpn` was brought to RTR with; -1 when there is no such queue pair.
+__attribute__((visibility("default"))) int strata_verbs_emu_qp_class(uint32_t qpn, int* trafficClass,
+                                                                     int* serviceLevel) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  auto it = state().qps.find(qpn);
+  if (it == state().qps.end()) return -1;
+  *trafficClass = it->second->trafficClass;
+  *serviceLevel = it->second->serviceLevel;
+  return 0;
+}
+
 // Tests' view (not libibverbs API): the access flags a region was registered with, or -1.
 __attribute__((visibility("default"))) int strata_verbs_emu_mr_access(uint32_t lkey) {
   std::lock_guard<std::mutex> lock(state().mu);
@@ -444,6 +456,8 @@ int setPath(Qp* q, const ibv_qp_attr& a) {
   q->pathMtu = a.path_mtu;
   q->destQpn = a.dest_qp_num;
   q->destGid = ah.is_global ? ah.grh.dgid : ibv_gid{};
+  q->trafficClass = ah.is_global ? ah.grh.traffic_class : 0;
+  q->serviceLevel = ah.sl;
   q->minRnrTimer = a.min_rnr_timer;
   return 0;
 }

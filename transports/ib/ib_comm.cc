@@ -65,7 +65,7 @@ ibv_gid QpSet::currentGid() const {
   return gid;
 }
 
-void QpSet::connectTo(const WireInfo& peer) {
+void QpSet::connectTo(const WireInfo& peer, bool control) {
   const Verbs& v = *verbs();
   peerHost.assign(peer.host, strnlen(peer.host, sizeof(peer.host)));
   peerPid = peer.pid;
@@ -98,9 +98,10 @@ void QpSet::connectTo(const WireInfo& peer) {
   }
   ibv_gid dgid;
   memcpy(dgid.raw, peer.gid, 16);
+  const int tc = control && port->roce && config().ibFifoTc >= 0 ? config().ibFifoTc : config().ibTc;
   route = format("path MTU %d, %s", 128 << mtu,
-                 grh ? format("GRH to %s%s", gidText(dgid).c_str(),
-                              port->roce ? "" : format(", FLID 0x%x", dlid).c_str()).c_str()
+                 grh ? format("GRH to %s%s, traffic class %d", gidText(dgid).c_str(),
+                              port->roce ? "" : format(", FLID 0x%x", dlid).c_str(), tc).c_str()
                      : format("LID 0x%x", dlid).c_str());
   for (int i = 0; i < nqps; ++i) {
     ibv_qp_attr a{};
@@ -117,7 +118,7 @@ void QpSet::connectTo(const WireInfo& peer) {
       a.ah_attr.grh.dgid = dgid;
       a.ah_attr.grh.sgid_index = static_cast<uint8_t>(port->gidIndex);
       a.ah_attr.grh.hop_limit = 255;
-      a.ah_attr.grh.traffic_class = static_cast<uint8_t>(config().ibTc);
+      a.ah_attr.grh.traffic_class = static_cast<uint8_t>(tc);
     }
     if (!port->roce) a.ah_attr.dlid = dlid;
     int rc = v.modifyQp(qps[i], &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |

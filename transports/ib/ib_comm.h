@@ -73,7 +73,9 @@ struct QpSet {
   // The port's GID as it reads now (a RoCE GID follows the interface's address).
   ibv_gid currentGid() const;
   // Brings every queue pair to RTS, addressed to the peer's; throws on mismatch.
-  void connectTo(const WireInfo& peer);
+  // `control`: they carry this end's control messages (a receiver's FIFO writes),
+  // which take NCCL_IB_FIFO_TC's traffic class on RoCE where it is set, as NCCL's do.
+  void connectTo(const WireInfo& peer, bool control = false);
   void destroy();
   // The index of the queue pair numbered `qpNum` (0 when none is).
   int indexOf(uint32_t qpNum) const;

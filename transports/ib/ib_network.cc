@@ -133,7 +133,7 @@ class IbNetwork final : public net::Network {
       c->fifoAddr = peer.fifoAddr;
       c->fifoRkey = peer.fifoRkey;
       c->q.create(port(l->dev), config().ibQpsPerConnection);
-      c->q.connectTo(peer);
+      c->q.connectTo(peer, true);  // its queue pairs carry the FIFO writes
       c->local = newFifo(port(l->dev).pd, &c->localMr);
       WireInfo w{};
       c->q.describe(&w);
