@@ -180,6 +180,18 @@ int requiredMask(ibv_qp_state from, ibv_qp_state to) {
 
 using namespace verbs_emu;
 
+namespace {
+// Tests' views: `read` sees queue pair `qpn` under the lock; -1 when there is none.
+template <typename F>
+int readQp(uint32_t qpn, F read) {
+  std::lock_guard<std::mutex> lock(state().mu);
+  auto it = state().qps.find(qpn);
+  if (it == state().qps.end()) return -1;
+  read(*it->second);
+  return 0;
+}
+}  // namespace
+
 extern "C" {
 
 __attribute__((visibility("default"))) ibv_device** ibv_get_device_list(int* num) {
@@ -352,24 +364,20 @@ __attribute__((visibility("default"))) ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void
 // completions its send queue produced; -1 when there is no such queue pair.
 __attribute__((visibility("default"))) int strata_verbs_emu_qp_stats(uint32_t qpn, uint64_t* posts,
                                                                      uint64_t* completions) {
-  std::lock_guard<std::mutex> lock(state().mu);
-  auto it = state().qps.find(qpn);
-  if (it == state().qps.end()) return -1;
-  *posts = it->second->postCalls;
-  *completions = it->second->completions;
-  return 0;
+  return readQp(qpn, [&](const Qp& q) {
+    *posts = q.postCalls;
+    *completions = q.completions;
+  });
 }
 
 // Tests' view (not libibverbs API): the traffic class and service level queue pair
 // `qpn` was brought to RTR with; -1 when there is no such queue pair.
 __attribute__((visibility("default"))) int strata_verbs_emu_qp_class(uint32_t qpn, int* trafficClass,
                                                                      int* serviceLevel) {
-  std::lock_guard<std::mutex> lock(state().mu);
-  auto it = state().qps.find(qpn);
-  if (it == state().qps.end()) return -1;
-  *trafficClass = it->second->trafficClass;
-  *serviceLevel = it->second->serviceLevel;
-  return 0;
+  return readQp(qpn, [&](const Qp& q) {
+    *trafficClass = q.trafficClass;
+    *serviceLevel = q.serviceLevel;
+  });
 }
 
 // Tests' view (not libibverbs API): the access flags a region was registered with, or -1.
