@@ -79,9 +79,10 @@ for stage in $stages; do
       (cd build-tsan && STRATA_GPU_SIM=4 STRATA_GPU_SIM_STRICT=1 timeout 900 tests/gpu_test \
         --gtest_filter='Spread/ManyGpus.ExactResults*threads_4ranks:Ranks/DeviceDriven.*threads*:Ranks/DeviceDrivenP2p.*threads*:DeviceDrivenFaults.*:DeviceDrivenStreams.*:-DeviceDrivenFaults.APeerProcess*')  # that one forks
       # the protocols alone on host threads, weak memory included (not the *NeedsTheFence
-      # tests: they run a protocol without its fence on purpose, a race TSan reports)
+      # and *NeedsTheAcquire tests: they run a protocol without its fence or acquire on
+      # purpose, a race TSan reports)
       (cd build-tsan && timeout 600 tests/gpu_test \
-        --gtest_filter='PipeProtocol.*:KernelP2pProtocol.*:-*NeedsTheFence:*Fails*')
+        --gtest_filter='PipeProtocol.*:KernelP2pProtocol.*:-*NeedsTheFence:*NeedsTheAcquire:*Fails*')
     fi
   fi
   echo "== stage $stage: $((SECONDS - start)) s"

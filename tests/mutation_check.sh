@@ -34,6 +34,7 @@ kernel_relaxed_flag|STRATA_GPU_SIM=4 STRATA_GPU_SIM_STRICT=1 STRATA_GPU_SIM_WEAK
 kernel_relaxed_flag|STRATA_GPU_SIM=1 STRATA_GPU_SIM_WEAK=1 STRATA_GPU_SIM_JITTER=1|tests/gpu_test --gtest_filter=PipeKernel.VirtualRanksOnOneGpu
 kernel_skip_barrier|STRATA_GPU_SIM=1 STRATA_GPU_SIM_THREADS=4 STRATA_GPU_SIM_JITTER=1|tests/gpu_test --gtest_filter=PipeKernel.VirtualRanksOnOneGpu
 kernel_skip_barrier|STRATA_GPU_SIM=4 STRATA_GPU_SIM_STRICT=1 STRATA_GPU_SIM_THREADS=4 STRATA_GPU_SIM_JITTER=1 STRATA_GPU_SIM_WEAK=1|tests/gpu_test --gtest_filter=Spread/ManyGpus.ExactAcrossTheKernelsRounds/threads_4ranks
+kernel_skip_barrier|STRATA_GPU_SIM=4 STRATA_GPU_SIM_STRICT=1 STRATA_GPU_SIM_THREADS=4 STRATA_GPU_SIM_JITTER=1 STRATA_GPU_SIM_WEAK=1|tests/gpu_test --gtest_filter=Ranks/DeviceDrivenP2p.ARingExchangeCapturedOnceReplaysExactly/threads_4ranks
 kernel_skip_acquire|STRATA_GPU_SIM=1 STRATA_GPU_SIM_WEAK=1|tests/gpu_test --gtest_filter=PipeKernel.VirtualRanksOnOneGpu
 kernel_skip_acquire|STRATA_GPU_SIM=4 STRATA_GPU_SIM_STRICT=1 STRATA_GPU_SIM_WEAK=1|tests/gpu_test --gtest_filter=Spread/ManyGpus.ExactAcrossTheKernelsRounds/threads_4ranks
 kernel_ll_one_flag|STRATA_GPU_SIM=4 STRATA_GPU_SIM_STRICT=1 STRATA_GPU_SIM_WEAK=1 STRATA_GPU_SIM_JITTER=1 NCCL_PROTO=LL|tests/gpu_test --gtest_filter=Ranks/DeviceDriven.AGraphCapturedOnceReplaysExactly/threads_4ranks

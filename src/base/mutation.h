@@ -18,7 +18,7 @@ enum class Mutation {
   kAllToAllUntransposed,   // one all-to-all block stays in place instead of crossing to its peer
   kKernelRelaxedFlag,      // a pipelined kernel raises its ready flags relaxed: its data may land after them
   kTreeChildTwice,         // a tree rank counts its first child's partial result twice
-  kKernelSkipBarrier,      // a pipelined kernel posts a message without the block barrier after its data pass
+  kKernelSkipBarrier,      // a device kernel posts a message (pipelined) or a chunk (point-to-point) without the block barrier after its data
   kKernelLLOneFlag,        // an LL reader trusts a unit once its first line's flags match
   kIbNoForkInit,           // the IB network never calls ibv_fork_init: forks leave registered pages copy-on-write
   kNetBounceShift,         // a put received through the library's registered buffer is copied out one byte further on

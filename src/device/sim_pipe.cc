@@ -16,26 +16,11 @@
 
 namespace strata::device::sim {
 namespace {
-constexpr size_t kPiece = 4096;
-
 uint64_t xorshift(uint64_t* s) {
   *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
   return *s;
 }
 }  // namespace
-
-uint32_t PipeBlock::barrier(uint32_t v) {
-  uint64_t g = generation_.load(std::memory_order_acquire);
-  if (v) or_[g & 1].fetch_or(v, std::memory_order_acq_rel);
-  if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == threads_) {
-    arrived_.store(0, std::memory_order_relaxed);
-    or_[(g + 1) & 1].store(0, std::memory_order_relaxed);
-    generation_.store(g + 1, std::memory_order_release);
-  } else {
-    while (generation_.load(std::memory_order_acquire) == g) sched_yield();
-  }
-  return or_[g & 1].load(std::memory_order_acquire);
-}
 
 int PipeBlock::regionOf(const char* p) const {
   const KernelPipe& k = *k_;
@@ -50,18 +35,8 @@ bool PipeBlock::hold(char* dst, const void* src, size_t bytes) {
   if (!weak_ || bytes == 0) return false;
   int q = regionOf(dst);
   if (q < 0 || q == (k_->algo == KernelPipe::kRing ? KernelPipe::kSelf : k_->rank)) return false;
-  // Copied in under the lock: a thread of a block whose barrier is missing may
-  // publish (and free) the held stores while this one still stores.
-  std::lock_guard<std::mutex> lock(heldMutex_);
-  const char* from = static_cast<const char*>(src);
-  held_.push_back(std::make_unique<Held>(Held{dst, std::vector<char>(from, from + bytes)}));
+  held_.hold(dst, src, bytes);
   return true;
-}
-
-void PipeBlock::raiseEpoch(uint64_t e) {
-  uint64_t was = epoch_.load(std::memory_order_relaxed);
-  while (was < e && !epoch_.compare_exchange_weak(was, e, std::memory_order_acq_rel)) {
-  }
 }
 
 bool PipeBlock::holdWord(uint64_t* dst, uint64_t v) {
@@ -85,25 +60,11 @@ void PipeBlock::publishSomeWords() {
 }
 
 void PipeBlock::publish() {
-  std::lock_guard<std::mutex> lock(heldMutex_);
-  landWords(0);
-  std::vector<std::pair<char*, const char*>> pieces;
-  std::vector<size_t> sizes;
-  for (auto& h : held_)
-    for (size_t at = 0; at < h->bytes.size(); at += kPiece) {
-      pieces.emplace_back(h->dst + at, h->bytes.data() + at);
-      sizes.push_back(h->bytes.size() - at < kPiece ? h->bytes.size() - at : kPiece);
-    }
-  for (size_t i = pieces.size(); i > 1; --i) {  // Fisher-Yates: pieces land in any order
-    size_t j = xorshift(&rng_) % i;
-    std::swap(pieces[i - 1], pieces[j]);
-    std::swap(sizes[i - 1], sizes[j]);
+  {
+    std::lock_guard<std::mutex> lock(heldMutex_);
+    landWords(0);
   }
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    if (weak_) visibility::land(pieces[i].first, pieces[i].second, sizes[i]);
-    else memcpy(pieces[i].first, pieces[i].second, sizes[i]);
-  }
-  held_.clear();
+  held_.publish(weak_);
 }
 
 PipePrims::PipePrims(const KernelPipe& k, PipeBlock& b, int thread, bool jitter, bool weak)

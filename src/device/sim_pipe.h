@@ -20,6 +20,7 @@
 
 #include "device/kernel_ll.h"
 #include "device/kernel_pipe.h"
+#include "device/sim_barrier.h"
 #include "device/sim_visibility.h"
 
 namespace strata::device::sim {
@@ -28,10 +29,10 @@ namespace strata::device::sim {
 // stores held back under weak memory.
 class PipeBlock {
  public:
-  explicit PipeBlock(int threads) : threads_(threads) {}
-  int threads() const { return threads_; }
+  explicit PipeBlock(int threads) : barrier_(threads) {}
+  int threads() const { return barrier_.threads(); }
   // Every thread arrives; all get the OR of what they brought.
-  uint32_t barrier(uint32_t v);
+  uint32_t barrier(uint32_t v) { return barrier_.arrive(v); }
   pipe::Block& state() { return state_; }
   // Keeps a store of `bytes` from `src` to `dst` back (weak memory: dst in a peer's
   // region); false when it is to be stored now.
@@ -43,25 +44,17 @@ class PipeBlock {
   // The region `p` lies in (this rank's too), or -1.
   int regionOf(const char* p) const;
   // The largest epoch a thread brought to the barriers so far (weak memory).
-  void raiseEpoch(uint64_t e);
-  uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
+  void raiseEpoch(uint64_t e) { barrier_.raiseEpoch(e); }
+  uint64_t epoch() const { return barrier_.epoch(); }
   // A random part of the held LL words, in shuffled order (a GPU's stores land
   // eventually, in any order: a waiting thread lets some land).
   void publishSomeWords();
 
  private:
-  struct Held {
-    char* dst;
-    std::vector<char> bytes;
-  };
-  int threads_;
-  std::atomic<int> arrived_{0};
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<uint32_t> or_[2] = {{0}, {0}};
-  std::atomic<uint64_t> epoch_{0};
+  BlockBarrier barrier_;
   pipe::Block state_{};
-  std::mutex heldMutex_;
-  std::vector<std::unique_ptr<Held>> held_;
+  visibility::HeldStores held_;
+  std::mutex heldMutex_;  // the LL words'
   std::vector<std::pair<uint64_t*, uint64_t>> heldWords_;
   // Under heldMutex_: the held LL words, shuffled, all but `keep` of them stored.
   void landWords(size_t keep);

@@ -104,6 +104,35 @@ void read(char* to, const char* src, size_t bytes, const Reader& r) {
   }
 }
 
+void HeldStores::hold(char* dst, const void* src, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const char* from = static_cast<const char*>(src);
+  held_.push_back(Held{dst, std::vector<char>(from, from + bytes)});
+}
+
+void HeldStores::publish(bool logged) {
+  constexpr size_t kPiece = 4096;
+  std::lock_guard<std::mutex> lock(mutex_);
+  struct Piece {
+    char* dst;
+    const char* src;
+    size_t bytes;
+  };
+  std::vector<Piece> pieces;
+  for (const Held& h : held_)
+    for (size_t at = 0; at < h.bytes.size(); at += kPiece)
+      pieces.push_back({h.dst + at, h.bytes.data() + at, std::min(kPiece, h.bytes.size() - at)});
+  for (size_t i = pieces.size(); i > 1; --i) {  // Fisher-Yates
+    rng_ ^= rng_ << 13, rng_ ^= rng_ >> 7, rng_ ^= rng_ << 17;
+    std::swap(pieces[i - 1], pieces[rng_ % i]);
+  }
+  for (const Piece& p : pieces) {
+    if (logged) land(p.dst, p.src, p.bytes);
+    else memcpy(p.dst, p.src, p.bytes);
+  }
+  held_.clear();
+}
+
 size_t recordedBytes() {
   Log& l = log();
   std::lock_guard<std::mutex> lock(l.mutex);

@@ -17,6 +17,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
+#include <vector>
 
 namespace strata::device::sim::visibility {
 
@@ -47,5 +49,26 @@ void read(char* to, const char* src, size_t bytes, const Reader& r);
 
 // The published bytes still recorded (tests: the log stays bounded).
 size_t recordedBytes();
+
+// A block's stores held back under weak memory, shared by its threads.
+class HeldStores {
+ public:
+  // Keeps a copy of `bytes` from `src`, to go to `dst` at the next publish. Copied
+  // under the lock: a thread of a block whose barrier is missing may publish (and
+  // free) the list while another still stores.
+  void hold(char* dst, const void* src, size_t bytes);
+  // Every held store, in 4 KiB pieces in shuffled order (a GPU's stores land in any
+  // order), through `land` when `logged` (weak memory's stale loads).
+  void publish(bool logged);
+
+ private:
+  struct Held {
+    char* dst;
+    std::vector<char> bytes;
+  };
+  std::mutex mutex_;
+  std::vector<Held> held_;
+  uint64_t rng_ = 0x9e3779b97f4a7c15ull;
+};
 
 }  // namespace strata::device::sim::visibility

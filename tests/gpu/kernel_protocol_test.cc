@@ -5,6 +5,7 @@
 // the protocol is exact there, and the same protocol without its fence is not.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,8 +39,14 @@ class NoFence : public device::sim::HostPrims {
 // stored counts.
 uint8_t byteOf(int rank, int msg, size_t i, int op) { return static_cast<uint8_t>(i * 131 + rank * 17 + msg * 5 + op * 3); }
 
+struct P2pRun {
+  bool weak = false, jitter = false, mixed = false, skipBarrier = false;
+  int threads = 2;  // host threads a block
+};
+
 template <class P>
-std::string runP2p(int n, bool weak, int ops, bool mixed = false) {
+std::string runP2p(int n, int ops, const P2pRun& f) {
+  const bool mixed = f.mixed;
   const int msgs = 4;
   const size_t sizes[msgs] = {3, (1 << 20) + 13, 65, 4001};
   std::vector<std::vector<uint64_t>> regions(n, std::vector<uint64_t>(KernelP2p::regionBytes(n) / 8));
@@ -67,16 +74,22 @@ std::string runP2p(int n, bool weak, int ops, bool mixed = false) {
       k.stop = &words[0];
       k.error = &words[1];
       k.timeoutNs = 20000000000ull;
+      k.skipBarrier = f.skipBarrier;
     }
-    std::vector<std::thread> blocks;
+    std::vector<std::unique_ptr<device::sim::SimBlock>> blocks;
+    std::vector<std::thread> threads;
     for (int r = 0; r < n; ++r)
-      for (int b = 0; b < ks[r].blocks(); ++b)
-        blocks.emplace_back([&ks, r, b, weak] {
-          P p(ks[r], false, weak);
-          device::kernel::runP2pBlock(ks[r], p, b);
-          p.publish();
-        });
-    for (std::thread& t : blocks) t.join();
+      for (int b = 0; b < ks[r].blocks(); ++b) {
+        blocks.push_back(std::make_unique<device::sim::SimBlock>(f.threads));
+        for (int t = 0; t < f.threads; ++t)
+          threads.emplace_back([&ks, &f, r, b, t, block = blocks.back().get()] {
+            P p(ks[r], *block, t, f.jitter, f.weak);
+            device::kernel::runP2pBlock(ks[r], p, b);
+            p.barrierOr(0);
+            p.publish();
+          });
+      }
+    for (std::thread& t : threads) t.join();
     if (words[1]) return "a block gave up: error word " + std::to_string(words[1]);
     for (int r = 0; r < n; ++r)
       for (int m = 0; m < msgs; ++m)
@@ -89,16 +102,51 @@ std::string runP2p(int n, bool weak, int ops, bool mixed = false) {
 }
 
 TEST(KernelP2pProtocol, RingExchangeExactUnderWeakMemory) {
-  for (int n : {2, 3, 4}) EXPECT_EQ(runP2p<device::sim::HostPrims>(n, true, 3), "") << n << " ranks";
+  P2pRun weak;
+  weak.weak = true;
+  for (int n : {2, 3, 4}) EXPECT_EQ(runP2p<device::sim::HostPrims>(n, 3, weak), "") << n << " ranks";
+  weak.jitter = true;
+  weak.threads = 4;
+  EXPECT_EQ(runP2p<device::sim::HostPrims>(3, 2, weak), "") << "4 threads a block, jitter";
 }
 
 TEST(KernelP2pProtocol, EndsWithDifferentBlocksPerLaneStayInStep) {
-  for (int n : {2, 3, 4}) EXPECT_EQ(runP2p<device::sim::HostPrims>(n, true, 3, true), "") << n << " ranks";
+  P2pRun mixed;
+  mixed.weak = mixed.mixed = true;
+  for (int n : {2, 3, 4}) EXPECT_EQ(runP2p<device::sim::HostPrims>(n, 3, mixed), "") << n << " ranks";
 }
 
 TEST(KernelP2pProtocol, WeakMemoryNeedsTheFence) {
-  EXPECT_EQ(runP2p<NoFence>(3, false, 2), "");
-  EXPECT_EQ(runP2p<NoFence>(3, true, 2).rfind("op 0, ", 0), 0u);
+  EXPECT_EQ(runP2p<NoFence>(3, 2, P2pRun{}), "");
+  P2pRun weak;
+  weak.weak = true;
+  EXPECT_EQ(runP2p<NoFence>(3, 2, weak).rfind("op 0, ", 0), 0u);
+}
+
+// A chunk's flag raised without the barrier after the block's copy: another thread's
+// part of the slot may not be stored yet (blocks are host threads with a real
+// barrier; jitter lets the late thread be late, and weak memory holds its store past
+// the fence that thread 0 issued without it).
+TEST(KernelP2pProtocol, AMissingBarrierFails) {
+  P2pRun f;
+  f.skipBarrier = f.jitter = f.weak = true;
+  f.threads = 4;
+  EXPECT_NE(runP2p<device::sim::HostPrims>(3, 3, f), "");
+}
+
+// A receiver that reads a slot without acquiring its flag: the primitives' acquire
+// made a no-op for data (loads see what the thread's view held at the kernel's start).
+class NoAcquire : public device::sim::HostPrims {
+ public:
+  using HostPrims::HostPrims;
+  uint64_t loadAcquire(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+};
+
+TEST(KernelP2pProtocol, WeakMemoryNeedsTheAcquire) {
+  EXPECT_EQ(runP2p<NoAcquire>(3, 2, P2pRun{}), "");
+  P2pRun weak;
+  weak.weak = true;
+  EXPECT_NE(runP2p<NoAcquire>(3, 2, weak), "");
 }
 
 // A send and its receive of different sizes: the receiver fails at its first chunk,
@@ -125,7 +173,8 @@ TEST(KernelP2pProtocol, ASizeMismatchFailsNamingTheSender) {
   std::vector<std::thread> ranks;
   for (int r = 0; r < 2; ++r)
     ranks.emplace_back([&k, r] {
-      device::sim::HostPrims p(k[r], false, false);
+      device::sim::SimBlock block(1);
+      device::sim::HostPrims p(k[r], block, 0, false, false);
       for (int b = 0; b < k[r].blocks(); ++b) device::kernel::runP2pBlock(k[r], p, b);
     });
   for (std::thread& t : ranks) t.join();
