@@ -2,6 +2,8 @@
 
 #include <array>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <utility>
 #include <cstring>
 #include <stdexcept>
@@ -269,6 +271,34 @@ size_t countMismatches(ncclDataType_t type, const void* got, const void* expecte
   return wrong;
 }
 
+namespace {
+// The fewest digits that read back as the same value of an `es`-byte element
+// (integral values as integers, -0 as "-0").
+std::string valueText(double v, size_t es) {
+  char b[48];
+  if (v == 0) return std::signbit(v) ? "-0" : "0";
+  if (std::isfinite(v) && v == std::nearbyint(v) && std::fabs(v) < 9e18) {
+    snprintf(b, sizeof(b), "%lld", static_cast<long long>(v));
+    return b;
+  }
+  for (int digits = 6; digits <= 17; ++digits) {
+    snprintf(b, sizeof(b), "%.*g", digits, v);
+    double back = strtod(b, nullptr);
+    if (es >= 8 ? back == v : static_cast<float>(back) == static_cast<float>(v)) break;
+  }
+  return b;
+}
+std::string hexBytes(const char* p, size_t n) {
+  std::string out;
+  char b[4];
+  for (size_t i = n; i-- > 0;) {  // most significant first (little-endian)
+    snprintf(b, sizeof(b), "%02x", static_cast<unsigned char>(p[i]));
+    out += b;
+  }
+  return out;
+}
+}  // namespace
+
 std::string compareBuffers(ncclDataType_t type, const void* got, const void* expected, size_t count,
                            const std::string& what) {
   size_t es = dtypeSize(type);
@@ -281,9 +311,11 @@ std::string compareBuffers(ncclDataType_t type, const void* got, const void* exp
       T gv, ev;
       memcpy(&gv, g, es);
       memcpy(&ev, e, es);
-      return what + ": element " + std::to_string(i) + " of " + std::to_string(count) + " is " +
-             std::to_string(static_cast<double>(Format<T>::load(gv))) + ", expected " +
-             std::to_string(static_cast<double>(Format<T>::load(ev)));
+      std::string is = valueText(static_cast<double>(Format<T>::load(gv)), es);
+      std::string want = valueText(static_cast<double>(Format<T>::load(ev)), es);
+      if (is == want) is += " (bytes " + hexBytes(g, es) + ")", want += " (bytes " + hexBytes(e, es) + ")";
+      return what + ": element " + std::to_string(i) + " of " + std::to_string(count) + " is " + is + ", expected " +
+             want;
     });
   }
   return "";

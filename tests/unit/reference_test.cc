@@ -3,6 +3,8 @@
 // wrong place fails), inputs that differ from rank to rank, moved data unique.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <algorithm>
 #include <set>
 #include <string>
@@ -189,6 +191,24 @@ TEST(Reference, TheCInterfaceFillsTheSameValues) {
   }
   EXPECT_EQ(strata_reference_input(ncclNumTypes, 0, 4, 0, 0, 1, in.data()), -1);
   EXPECT_EQ(strata_reference_reduced(ncclFloat32, 99, 4, 0, 1, in.data()), -1);
+}
+
+// A mismatch names values that differ in print as they differ in memory: small ones
+// keep their digits, and where the text is alike (0 and -0) the bytes are given.
+TEST(Reference, AMismatchPrintsValuesThatTellThemApart) {
+  std::vector<float> got = {1.0f, 1e-8f}, want = {1.0f, 2e-8f};
+  EXPECT_EQ(compareBuffers(ncclFloat32, got.data(), want.data(), 2, "x"), "x: element 1 of 2 is 1e-08, expected 2e-08");
+  got = {-0.0f}, want = {0.0f};
+  EXPECT_EQ(compareBuffers(ncclFloat32, got.data(), want.data(), 1, "y"), "y: element 0 of 1 is -0, expected 0");
+  uint32_t nan1 = 0x7fc00001, nan2 = 0x7fc00002;
+  memcpy(got.data(), &nan1, 4), memcpy(want.data(), &nan2, 4);
+  EXPECT_EQ(compareBuffers(ncclFloat32, got.data(), want.data(), 1, "n"),
+            "n: element 0 of 1 is nan (bytes 7fc00001), expected nan (bytes 7fc00002)");
+  std::vector<double> d = {0.1}, e = {0.1 + 1e-17};
+  EXPECT_EQ(compareBuffers(ncclFloat64, d.data(), e.data(), 1, "d"),
+            "d: element 0 of 1 is 0.1, expected 0.10000000000000002");
+  std::vector<int32_t> a = {35}, b = {95};
+  EXPECT_EQ(compareBuffers(ncclInt32, a.data(), b.data(), 1, "z"), "z: element 0 of 1 is 35, expected 95");
 }
 
 }  // namespace
