@@ -13,6 +13,7 @@
 #include "device/kernel_coll.h"
 #include "device/kernel_p2p.h"
 #include "device/sim_prims.h"
+#include "verify/reference.h"
 
 namespace strata::test {
 namespace {
@@ -37,7 +38,12 @@ class NoFence : public device::sim::HostPrims {
 // a channel split the parts of a chunk differently (as ranks whose groups have
 // different lane counts do), and a rank's split changes between kernels on the same
 // stored counts.
-uint8_t byteOf(int rank, int msg, size_t i, int op) { return static_cast<uint8_t>(i * 131 + rank * 17 + msg * 5 + op * 3); }
+// Byte i of rank `rank`'s message `msg` in operation `op`: the reference module's,
+// unique per message and position as far as 8 bits allow (a chunk or part at the
+// wrong offset does not match it; i * 131 alone repeated every 256 bytes).
+uint8_t byteOf(int rank, int msg, size_t i, int op) {
+  return static_cast<uint8_t>(verify::movedValue((op * KernelP2p::kMaxRanks + rank) * 4 + msg, i, ncclUint8));
+}
 
 struct P2pRun {
   bool weak = false, jitter = false, mixed = false, skipBarrier = false;
