@@ -10,6 +10,12 @@
 
 namespace strata::device::sim {
 
+// The simulator's random numbers (pauses, the order held stores land in): xorshift64.
+inline uint64_t xorshift(uint64_t* s) {
+  *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+  return *s;
+}
+
 class BlockBarrier {
  public:
   explicit BlockBarrier(int threads) : threads_(threads) {}

@@ -15,13 +15,6 @@
 #include "device/gpu_sim_state.h"
 
 namespace strata::device::sim {
-namespace {
-uint64_t xorshift(uint64_t* s) {
-  *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
-  return *s;
-}
-}  // namespace
-
 int PipeBlock::regionOf(const char* p) const {
   const KernelPipe& k = *k_;
   size_t regionBytes = k.part + KernelPipe::regionBytes(k.channels, k.conns, k.depth, k.slotBytes);
@@ -83,7 +76,7 @@ PipePrims::~PipePrims() {
 
 uint64_t PipePrims::loadAcquire(const uint64_t* p) {
   uint64_t v = __atomic_load_n(p, __ATOMIC_ACQUIRE);
-  if (weak_) visibility::acquired(&reader_, p);
+  if (weak_) visibility::acquired(&reader_, p, v);
   return v;
 }
 

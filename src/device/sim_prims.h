@@ -61,7 +61,7 @@ class HostPrims {
   void pause() const { sched_yield(); }
   uint64_t loadAcquire(const uint64_t* p) {
     uint64_t v = __atomic_load_n(p, __ATOMIC_ACQUIRE);
-    if (weak_) visibility::acquired(&reader_, p);
+    if (weak_) visibility::acquired(&reader_, p, v);
     return v;
   }
   void storeRelease(uint64_t* p, uint64_t v) {
@@ -116,8 +116,8 @@ class HostPrims {
  private:
   void jitter() {
     if (!jitter_) return;
-    rng_ ^= rng_ << 13, rng_ ^= rng_ >> 7, rng_ ^= rng_ << 17;
-    if (rng_ % 4 == 0) usleep(static_cast<useconds_t>(rng_ / 4 % 200));
+    uint64_t x = xorshift(&rng_);
+    if (x % 4 == 0) usleep(static_cast<useconds_t>(x / 4 % 200));
   }
   int regionOf(const char* p) const {
     for (int q = 0; q < n_; ++q)

@@ -1,5 +1,7 @@
 #include "device/sim_visibility.h"
 
+#include "device/sim_barrier.h"
+
 #include <algorithm>
 #include <cstring>
 #include <deque>
@@ -78,7 +80,10 @@ void released(const uint64_t* word) {
   l.releases[word] = l.seq;
 }
 
-void acquired(Reader* r, const uint64_t* word) {
+void acquired(Reader* r, const uint64_t* word, uint64_t value) {
+  if (word == r->lastWord && value == r->lastValue) return;
+  r->lastWord = word;
+  r->lastValue = value;
   Log& l = log();
   std::lock_guard<std::mutex> lock(l.mutex);
   auto it = l.releases.find(word);
@@ -123,8 +128,7 @@ void HeldStores::publish(bool logged) {
     for (size_t at = 0; at < h.bytes.size(); at += kPiece)
       pieces.push_back({h.dst + at, h.bytes.data() + at, std::min(kPiece, h.bytes.size() - at)});
   for (size_t i = pieces.size(); i > 1; --i) {  // Fisher-Yates
-    rng_ ^= rng_ << 13, rng_ ^= rng_ >> 7, rng_ ^= rng_ << 17;
-    std::swap(pieces[i - 1], pieces[rng_ % i]);
+    std::swap(pieces[i - 1], pieces[xorshift(&rng_) % i]);
   }
   for (const Piece& p : pieces) {
     if (logged) land(p.dst, p.src, p.bytes);

@@ -26,6 +26,10 @@ namespace strata::device::sim::visibility {
 // reader's to drop what none needs); its own thread may read it at any time.
 struct Reader {
   uint64_t epoch = 0;
+  // The word and value of its last acquire (its own thread's alone): a poll that
+  // reads them again synchronises with no newer release.
+  const uint64_t* lastWord = nullptr;
+  uint64_t lastValue = 0;
 };
 
 // Registers a reader, its epoch the current sequence (a kernel sees what was
@@ -39,8 +43,9 @@ void land(char* dst, const char* src, size_t bytes);
 // Records that the word at `word` is being raised by a release now (after `land`
 // of everything the release publishes).
 void released(const uint64_t* word);
-// An acquire by `r` read `word`: its epoch rises to the sequence of the word's release.
-void acquired(Reader* r, const uint64_t* word);
+// An acquire by `r` read `value` at `word`: its epoch rises to the sequence of the
+// word's release (a poll that reads the same value again costs no lock).
+void acquired(Reader* r, const uint64_t* word, uint64_t value);
 // `r`'s epoch rises to `epoch` (a barrier passed on another thread's).
 void raise(Reader* r, uint64_t epoch);
 

@@ -232,13 +232,13 @@ TEST(Visibility, ALoadSeesWhatItsLastAcquireSynchronisedWith) {
   v::released(&flag);
   v::read(seen.data(), slot.data(), 64, r);
   EXPECT_EQ(std::string(seen.data(), 64), std::string(64, 'a'));  // nothing acquired: the old bytes
-  v::acquired(&r, &other);                                          // a word no release raised
+  v::acquired(&r, &other, other);                                   // a word no release raised
   v::read(seen.data(), slot.data(), 64, r);
   EXPECT_EQ(std::string(seen.data(), 64), std::string(64, 'a'));
   v::join(&late);  // a reader that begins now sees what came before it
   v::read(seen.data(), slot.data(), 64, late);
   EXPECT_EQ(std::string(seen.data(), 64), std::string(8, 'a') + std::string(8, 'b') + std::string(16, 'c') + std::string(32, 'a'));
-  v::acquired(&r, &flag);
+  v::acquired(&r, &flag, flag);
   v::read(seen.data(), slot.data(), 64, r);
   EXPECT_EQ(std::string(seen.data(), 64), std::string(8, 'a') + std::string(8, 'b') + std::string(16, 'c') + std::string(32, 'a'));
   v::land(slot.data(), std::string(4, 'd').data(), 4);  // after the acquire: unseen until the next

@@ -21,6 +21,7 @@ void QpSet::create(const Port& p, int queuePairs) {
   const Verbs& v = *verbs();
   port = &p;
   nqps = queuePairs;
+  sendWrs = kSendWrs;
   // Room for every completion in flight: per QP the send queue and the receive queue.
   cq = v.createCq(p.ctx, (kSendWrs + kDepth) * nqps + 16, nullptr, nullptr, 0);
   if (!cq) fail(ncclSystemError, "IB %s:%d: ibv_create_cq failed: %s", p.device.c_str(), p.port, strerror(errno));
@@ -30,7 +31,6 @@ void QpSet::create(const Port& p, int queuePairs) {
     a.recv_cq = cq;
     a.qp_type = IBV_QPT_RC;
     a.cap.max_send_wr = kSendWrs;
-    sendWrs = kSendWrs;
     sqFree[i] = kSendWrs;
     a.cap.max_recv_wr = kDepth;
     a.cap.max_send_sge = 1;

@@ -512,14 +512,15 @@ class IbNetwork final : public net::Network {
   // Returns the writes posted (0: none, and no completion to wait for).
   static int writePart(Comm* c, int qp, int req, char* src, size_t len, uint32_t lkey, uint64_t dst, uint32_t rkey,
                        bool imm, bool apart) {
-    size_t most = maxWrite(c);
-    if (len == 0 && !imm) return 0;
-    bool split = imm && apart && len > 0;
-    size_t pieces = len == 0 ? 1 : (len + most - 1) / most;
+    const int writes = partWrites(c, len, imm, apart);
+    if (writes == 0) return 0;
+    const size_t most = maxWrite(c);
+    const bool split = imm && apart && len > 0;
+    const size_t pieces = static_cast<size_t>(writes) - (split ? 1 : 0);
     std::vector<ibv_sge>& sges = c->chainSges;  // the comm's: no allocation per send once grown
     std::vector<ibv_send_wr>& wrs = c->chain;
     sges.assign(pieces, ibv_sge{});
-    wrs.assign(pieces + (split ? 1 : 0), ibv_send_wr{});
+    wrs.assign(static_cast<size_t>(writes), ibv_send_wr{});
     for (size_t k = 0; k < wrs.size(); ++k) {
       size_t off = std::min(len, k * most), piece = k < pieces ? std::min(most, len - off) : 0;
       bool carriesImm = imm && (split ? k == pieces : k + 1 == pieces);
