@@ -181,6 +181,10 @@ class Algorithm {
   // Where it applies but is not preferred, the tuner picks it only if NCCL_ALGO
   // leaves nothing else (so forcing it still works).
   virtual bool preferred(const TuneRequest&) const { return true; }
+  // True when each rank opens a link to every other rank (a mesh): n - 1 links'
+  // memory and setup per rank, where a ring or a tree opens a few. The tuner
+  // prefers it only up to kMaxMeshRanks (tuner.h).
+  virtual bool linksEveryRank() const { return false; }
   // True for algorithms that work on device memory (the others work on host memory).
   virtual bool deviceMemory() const { return false; }
   // True for device algorithms whose plan only enqueues kernels on the caller's

@@ -121,7 +121,7 @@ bool tryChooseAmong(const TuneRequest& req, const std::string& algoSpec, const s
   for (size_t i = 0; i < registry().size(); ++i) {
     const Algorithm* a = registry()[i];
     if (!a->serves(req.coll) || !a->applies(req) || a->deviceMemory() != req.deviceBuffers) continue;
-    if (preferredOnly && !a->preferred(req)) continue;
+    if (preferredOnly && (!a->preferred(req) || (a->linksEveryRank() && req.nranks > kMaxMeshRanks))) continue;
     if (a->streamOrdered() != req.streamOrdered) continue;
     if (req.unavailable >> i & 1) continue;
     // NCCL_ALGO and NCCL_PROTO choose only among these; one rank's collective is a

@@ -47,6 +47,13 @@ struct Choice {
   const char* name() const;  // the algorithm's name
 };
 
+// Above this many ranks a mesh (Algorithm::linksEveryRank) is not preferred: its
+// n - 1 links per rank (one-shot: 256 KiB of slots each) cost memory and first-call
+// setup that grow with the communicator, while a tree's latency grows with log n.
+// One thread driving 128 host ranks spent 10 s and 6.6 GB opening one-shot meshes
+// for its first 8-byte all-reduce. NCCL_ALGO may still force a mesh.
+constexpr int kMaxMeshRanks = 32;
+
 // True when `name` survives an NCCL_ALGO / NCCL_PROTO list for the function
 // `func` (NCCL's syntax, case-insensitive: "Ring,Tree", "^Tree", and entries
 // scoped to one function after ';': "ring;allreduce:oneshot,ring").

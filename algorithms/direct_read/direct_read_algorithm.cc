@@ -42,6 +42,7 @@ class DirectRead final : public Algorithm {
   // "Exchanges through the slots from 256 KiB"). Threads read with plain copies:
   // there DirectRead's broadcast took 0.74-1.0x the ring's time. NCCL_ALGO may still
   // force it.
+  bool linksEveryRank() const override { return true; }
   bool preferred(const TuneRequest& r) const override { return r.oneProcess || r.bytes < kPreferredBelowBytes; }
 
   double costUs(const TuneRequest& r, Protocol) const override {

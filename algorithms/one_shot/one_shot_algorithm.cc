@@ -34,6 +34,7 @@ class OneShot final : public Algorithm {
   bool serves(Collective c) const override { return traits(c).scheduled; }
   // The small-message algorithm: past kPreferredBytes it moves n - 1 copies where a
   // ring or a direct read moves one, and is taken only if NCCL_ALGO leaves nothing else.
+  bool linksEveryRank() const override { return true; }
   bool preferred(const TuneRequest& r) const override { return r.bytes <= kPreferredBytes; }
   std::vector<Protocol> protocols() const override { return {Protocol::kSimple, Protocol::kLL}; }
 

@@ -268,8 +268,8 @@ void Bootstrap::checkAlive(int peer) {
   // of them. Point-to-point exchanges wait on their peer alone (others may be done).
   if (collective_ && !PostOffice::instance().peerGone(addrs_[peer]) && nowSec() >= nextMemberCheck_) {
     nextMemberCheck_ = nowSec() + 0.1;
-    for (int r = 0; r < size(); ++r)
-      if (r != rank_ && PostOffice::instance().peerGone(addrs_[r])) {
+    for (int r : otherProcesses())
+      if (PostOffice::instance().peerGone(addrs_[r])) {
         peer = r;
         break;
       }
@@ -283,6 +283,18 @@ void Bootstrap::checkAlive(int peer) {
     tellFailure(msg, peer, 1.0);
     throw Error(ncclRemoteError, msg);
   }
+}
+
+// Members share a process's post office (its address): one look per process, and
+// none at this process, which is not gone while it looks.
+const std::vector<int>& Bootstrap::otherProcesses() {
+  if (otherProcessesKnown_) return otherProcesses_;
+  SockAddr own = PostOffice::instance().address();
+  std::set<SockAddr> seen{own};
+  for (int r = 0; r < size(); ++r)
+    if (seen.insert(addrs_[r]).second) otherProcesses_.push_back(r);
+  otherProcessesKnown_ = true;
+  return otherProcesses_;
 }
 
 std::string Bootstrap::recv(int peer, MsgKind kind, uint64_t seq, const WaitCheck& extra, double graceSec) {

@@ -108,6 +108,9 @@ class Bootstrap {
   std::vector<SockAddr> addrs_;
   WaitCheck waitCheck() const;  // check_ plus the stop signal, for one wait
   void checkAlive(int peer);  // throws once peer's process exited or another rank reported a failure
+  const std::vector<int>& otherProcesses();  // one rank of each other process, for checkAlive
+  std::vector<int> otherProcesses_;
+  bool otherProcessesKnown_ = false;
   double nextMemberCheck_ = 0;  // when checkAlive next looks at every member, not only the awaited one
   bool collective_ = false;     // in an all-gather: every member's exit dooms it
   WaitCheck check_;

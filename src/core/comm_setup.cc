@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 #include <sstream>
+#include <tuple>
 
 #include "algorithms/predict.h"
 #include "base/config.h"
@@ -49,6 +51,18 @@ std::string nodeSummary(const std::vector<int>& local, const topology::Plan& pla
   os << ";" << plan.intra.latencyUs << ";" << plan.intra.bandwidthGBps << ";" << (plan.staged ? 1 : 0) << ";"
      << plan.launchUs;
   return os.str();
+}
+
+// True when every rank drives a GPU no other rank drives (by bus id, or device
+// number, on its host).
+bool ownGpus(const std::vector<PeerInfo>& peers) {
+  std::set<std::tuple<uint64_t, std::string, int>> gpus;
+  for (const PeerInfo& p : peers) {
+    if (p.device < 0) return false;
+    std::string bus = p.busId[0] ? std::string(p.busId, strnlen(p.busId, sizeof(p.busId))) : std::string();
+    if (!gpus.emplace(p.hostHash, bus, bus.empty() ? p.device : -1).second) return false;
+  }
+  return true;
 }
 
 struct NodeSummary {
@@ -265,7 +279,9 @@ void Communicator::planNodes() {
   }
   po.rankDevices = topology::rankDevices(topo->sys, busIds, numas);
   plan_ = topology::planNode(topo->sys, po);
-  std::vector<std::string> all = bootstrap_->allGather(nodeSummary(local, plan_));
+  // Every rank of a node plans it alike; its first rank's summary speaks for it (the
+  // others send none, so the exchange grows with the ranks, not with their square).
+  std::vector<std::string> all = bootstrap_->allGather(rank() == local[0] ? nodeSummary(local, plan_) : std::string());
   std::vector<NodeSummary> nodes;
   for (int k = 0; k < byRank.numNodes(); ++k) nodes.push_back(parseSummary(all[byRank.nodeRanks(k)[0]], byRank.nodeRanks(k)[0]));
   layout_ = algorithms::RankLayout::make(rank(), hosts, [&](int k, const std::vector<int>&) { return nodes[k].ring; });
@@ -297,11 +313,7 @@ void Communicator::planNodes() {
     if (rate > 0 && (net == 0 || rate < net)) net = rate;
   }
   b.net = {topology::kSocketHopUs, net > 0 ? net : kDefaultNetGBps};
-  b.ownGpus = true;  // no two ranks on one GPU (the same bus id, or device, of one host)
-  for (const PeerInfo& p : peers_)
-    for (const PeerInfo& q : peers_)
-      if (&p != &q && (p.device < 0 || (p.sameHost(q) && (p.busId[0] ? strcmp(p.busId, q.busId) == 0 : p.device == q.device))))
-        b.ownGpus = false;
+  b.ownGpus = ownGpus(peers_);
   // Threads of one process on one GPU: one rank's stream can run the others' work (DeviceShared).
   b.oneGpuThreads = !staged && !config().p2pDisable && nranks() > 1;  // P2P off: everything through the host
   for (const PeerInfo& p : peers_)

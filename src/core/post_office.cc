@@ -5,7 +5,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -24,6 +26,11 @@
 namespace strata::core {
 namespace {
 
+std::string refusedText(const SockAddr& root) {
+  return format("the bootstrap root at %s refused this rank: its unique id does not match the one the root issued "
+                "(stale or corrupted ncclUniqueId?)",
+                root.str().c_str());
+}
 
 }  // namespace
 
@@ -31,12 +38,21 @@ bool MsgKey::operator<(const MsgKey& o) const {
   return std::tie(magic, kind, src, dst, seq) < std::tie(o.magic, o.kind, o.src, o.dst, o.seq);
 }
 
+// A thread waiting in receive (one key) or receiveAny (a magic and kind): a message
+// filed wakes its own waiters only, so a process with thousands of ranks waiting
+// does not wake them all for each message.
+struct Waiter {
+  std::condition_variable cv;
+};
+
 struct PostOffice::State {
   std::mutex mutex;
-  std::condition_variable arrived;
   std::map<MsgKey, std::deque<std::string>> mailbox;
+  std::multimap<MsgKey, Waiter*> waiting;                                // receive
+  std::multimap<std::pair<uint64_t, MsgKind>, Waiter*> waitingAny;  // receiveAny
   std::set<uint64_t> roots;
   bool started = false;
+  std::atomic<bool> listening{false};  // addr is set for good (read without the mutex)
   int listenFd = -1;
   int wakePipe[2] = {-1, -1};
   SockAddr addr;
@@ -46,6 +62,9 @@ struct PostOffice::State {
   void start();
   void serve();
   bool deliver(int fd, FrameReader& in);
+  bool accepts(const MsgKey& key);                       // with mutex held
+  void file(const MsgKey& key, std::string payload);     // with mutex held
+  bool local(const SockAddr& to);                        // this process's own office
   void pruneClosed();  // with sendMutex held
 };
 
@@ -80,6 +99,7 @@ void PostOffice::State::start() {
   STRATA_INFO(kSubsysBootstrap, -1, "Bootstrap: listening on %s (%s)", addr.str().c_str(), ifname.c_str());
   std::thread([this] { serve(); }).detach();
   started = true;
+  listening.store(true, std::memory_order_release);
 }
 
 namespace {
@@ -140,7 +160,7 @@ bool PostOffice::State::deliver(int fd, FrameReader& in) {
   char ack;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    ack = (key.kind == MsgKind::kRootHello && !roots.count(key.magic)) ? 0 : 1;
+    ack = accepts(key) ? 1 : 0;
   }
   // Acknowledge before filing: once filed, the receiving rank may finish and exit
   // at once, and an exit with the ack unsent would reset the connection. A sender
@@ -152,12 +172,23 @@ bool PostOffice::State::deliver(int fd, FrameReader& in) {
     in.takePayload();  // dropped; the reader starts over
     return true;
   }
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    mailbox[key].push_back(in.takePayload());
-  }
-  arrived.notify_all();
+  std::lock_guard<std::mutex> lock(mutex);
+  file(key, in.takePayload());
   return true;
+}
+
+bool PostOffice::State::accepts(const MsgKey& key) { return key.kind != MsgKind::kRootHello || roots.count(key.magic); }
+
+void PostOffice::State::file(const MsgKey& key, std::string payload) {
+  mailbox[key].push_back(std::move(payload));
+  auto [from, to] = waiting.equal_range(key);
+  for (auto it = from; it != to; ++it) it->second->cv.notify_one();
+  auto [anyFrom, anyTo] = waitingAny.equal_range({key.magic, key.kind});
+  for (auto it = anyFrom; it != anyTo; ++it) it->second->cv.notify_one();
+}
+
+bool PostOffice::State::local(const SockAddr& to) {
+  return listening.load(std::memory_order_acquire) && !(to < addr) && !(addr < to);
 }
 
 SockAddr PostOffice::address() {
@@ -180,6 +211,12 @@ void PostOffice::closeRoot(uint64_t magic) {
 
 void PostOffice::send(const SockAddr& to, const MsgKey& key, const std::string& payload, const Deadline& deadline) {
   State& s = state();
+  if (s.local(to)) {  // a rank of this process: filed at once, as the listener would
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.accepts(key)) fail(ncclInvalidArgument, "%s", refusedText(to).c_str());
+    s.file(key, payload);
+    return;
+  }
   std::lock_guard<std::mutex> lock(s.sendMutex);
   s.pruneClosed();
   WireHeader h{key.magic, static_cast<uint32_t>(key.kind), key.src, key.dst, key.seq, payload.size()};
@@ -193,11 +230,7 @@ void PostOffice::send(const SockAddr& to, const MsgKey& key, const std::string& 
       sendAll(it->second, payload.data(), payload.size(), deadline);
       char ack = 0;
       recvAll(it->second, &ack, 1, deadline);
-      if (!ack)
-        fail(ncclInvalidArgument,
-             "the bootstrap root at %s refused this rank: its unique id does not match the one the root issued "
-             "(stale or corrupted ncclUniqueId?)",
-             to.str().c_str());
+      if (!ack) fail(ncclInvalidArgument, "%s", refusedText(to).c_str());
       return;
     } catch (const Error& e) {
       close(it->second);
@@ -225,6 +258,7 @@ bool closedByPeer(int fd) {
 
 bool PostOffice::peerGone(const SockAddr& to) {
   State& s = state();
+  if (s.local(to)) return false;  // this process
   std::unique_lock<std::mutex> lock(s.sendMutex, std::try_to_lock);
   if (!lock.owns_lock()) return false;  // a send is under way: it will find out itself
   auto it = s.outgoing.find(to);
@@ -247,6 +281,16 @@ void PostOffice::State::pruneClosed() {
 std::string PostOffice::receive(const MsgKey& key, const Deadline& deadline, const WaitCheck& check) {
   State& s = state();
   std::unique_lock<std::mutex> lock(s.mutex);
+  Waiter self;
+  struct Listed {
+    std::unique_lock<std::mutex>& lock;
+    std::multimap<MsgKey, Waiter*>& list;
+    std::multimap<MsgKey, Waiter*>::iterator at;
+    ~Listed() {
+      if (!lock.owns_lock()) lock.lock();  // a check that threw
+      list.erase(at);
+    }
+  } listed{lock, s.waiting, s.waiting.emplace(key, &self)};
   for (;;) {
     auto it = s.mailbox.find(key);
     if (it != s.mailbox.end() && !it->second.empty()) {
@@ -263,15 +307,26 @@ std::string PostOffice::receive(const MsgKey& key, const Deadline& deadline, con
     }
     // With a check (abort, a dead peer), look again every 20 ms: an abort on another
     // thread must end this wait well within 100 ms.
-    s.arrived.wait_for(lock, std::chrono::milliseconds(deadline.remainingMs(check ? 20 : 100)));
+    self.cv.wait_for(lock, std::chrono::milliseconds(deadline.remainingMs(check ? 20 : 100)));
   }
 }
+
+namespace {
+
+// The first mailbox entry of this magic and kind (keys sort by magic, kind, source).
+template <typename Mailbox>
+auto firstOf(Mailbox& box, uint64_t magic, MsgKind kind) {
+  return box.lower_bound(MsgKey{magic, kind, INT32_MIN, INT32_MIN, 0});
+}
+
+}  // namespace
 
 bool PostOffice::tryTake(uint64_t magic, MsgKind kind, int dst, std::string* msg, int* src) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  for (auto it = s.mailbox.begin(); it != s.mailbox.end(); ++it) {
-    if (it->first.magic != magic || it->first.kind != kind || it->first.dst != dst || it->second.empty()) continue;
+  for (auto it = firstOf(s.mailbox, magic, kind); it != s.mailbox.end(); ++it) {
+    if (it->first.magic != magic || it->first.kind != kind) break;
+    if (it->first.dst != dst || it->second.empty()) continue;
     *msg = std::move(it->second.front());
     if (src) *src = it->first.src;
     it->second.pop_front();
@@ -284,9 +339,17 @@ bool PostOffice::tryTake(uint64_t magic, MsgKind kind, int dst, std::string* msg
 std::string PostOffice::receiveAny(MsgKey* key, const Deadline& deadline) {
   State& s = state();
   std::unique_lock<std::mutex> lock(s.mutex);
+  Waiter self;
+  using AnyList = std::multimap<std::pair<uint64_t, MsgKind>, Waiter*>;
+  struct Listed {
+    AnyList& list;
+    AnyList::iterator at;
+    ~Listed() { list.erase(at); }
+  } listed{s.waitingAny, s.waitingAny.emplace(std::make_pair(key->magic, key->kind), &self)};
   for (;;) {
-    for (auto it = s.mailbox.begin(); it != s.mailbox.end(); ++it) {
-      if (it->first.magic != key->magic || it->first.kind != key->kind || it->second.empty()) continue;
+    for (auto it = firstOf(s.mailbox, key->magic, key->kind); it != s.mailbox.end(); ++it) {
+      if (it->first.magic != key->magic || it->first.kind != key->kind) break;
+      if (it->second.empty()) continue;
       *key = it->first;
       std::string msg = std::move(it->second.front());
       it->second.pop_front();
@@ -294,7 +357,7 @@ std::string PostOffice::receiveAny(MsgKey* key, const Deadline& deadline) {
       return msg;
     }
     if (deadline.expired()) fail(ncclSystemError, "timed out");
-    s.arrived.wait_for(lock, std::chrono::milliseconds(deadline.remainingMs(100)));
+    self.cv.wait_for(lock, std::chrono::milliseconds(deadline.remainingMs(100)));
   }
 }
 

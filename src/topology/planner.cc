@@ -64,6 +64,32 @@ std::vector<int> chooseDevices(const System& sys, const PlanOptions& opts, bool*
   return devices;
 }
 
+// Hops between ranks, kept per pair of devices: ranks that share a device (host
+// ranks of one CPU, several ranks on a GPU) share their hops, so a node of
+// thousands of host ranks costs a few entries, not ranks squared.
+struct HopTable {
+  std::vector<int> deviceOf;           // rank -> index into devices
+  std::vector<int> devices;            // distinct System nodes
+  std::vector<std::vector<Hop>> hops;  // device index x device index
+  const Hop& at(int a, int b) const { return hops[deviceOf[a]][deviceOf[b]]; }
+  int ranks() const { return static_cast<int>(deviceOf.size()); }
+};
+
+HopTable hopTable(const System& sys, const std::vector<int>& rankDevices, const PlanOptions& opts) {
+  HopTable t;
+  std::map<int, int> index;
+  for (int dev : rankDevices) {
+    auto [it, fresh] = index.emplace(dev, static_cast<int>(t.devices.size()));
+    if (fresh) t.devices.push_back(dev);
+    t.deviceOf.push_back(it->second);
+  }
+  size_t d = t.devices.size();
+  t.hops.assign(d, std::vector<Hop>(d));
+  for (size_t a = 0; a < d; ++a)
+    for (size_t b = 0; b < d; ++b) t.hops[a][b] = hopBetween(sys, t.devices[a], t.devices[b], opts);
+  return t;
+}
+
 struct RingScore {
   double bw = 0;
   int worstType = 0, typeSum = 0;
@@ -71,14 +97,13 @@ struct RingScore {
   bool staged = false;
 };
 
-RingScore scoreRing(const std::vector<int>& ring, const std::vector<std::vector<Hop>>& hops, const System& sys,
-                    bool gpus) {
+RingScore scoreRing(const std::vector<int>& ring, const HopTable& hops, const System& sys, bool gpus) {
   std::map<std::pair<int, int>, int> uses;
   RingScore s;
   s.bw = gpus ? 1e9 : kHostCopyGBps;
   int n = static_cast<int>(ring.size());
   for (int i = 0; i < n; ++i) {
-    const Hop& h = hops[ring[i]][ring[(i + 1) % n]];
+    const Hop& h = hops.at(ring[i], ring[(i + 1) % n]);
     for (const auto& l : h.links) ++uses[l];
     s.worstType = std::max(s.worstType, static_cast<int>(h.type));
     s.typeSum += static_cast<int>(h.type);
@@ -100,10 +125,37 @@ bool better(const RingScore& a, const RingScore& b) {
   return a.typeSum < b.typeSum;
 }
 
+// Nearest neighbour from rank 0: the next rank is the unused one with the widest,
+// then shortest, hop, the lowest rank among equals. Ranks of one device are alike,
+// so each step weighs one candidate per device (its lowest unused rank).
+std::vector<int> nearestNeighbourRing(const HopTable& hops) {
+  int n = hops.ranks(), d = static_cast<int>(hops.devices.size());
+  std::vector<std::vector<int>> unused(d);  // per device, its unused ranks, highest first
+  for (int r = n - 1; r > 0; --r) unused[hops.deviceOf[r]].push_back(r);
+  std::vector<int> ring{0};
+  for (int i = 1; i < n; ++i) {
+    int from = hops.deviceOf[ring.back()], pick = -1;
+    for (int dev = 0; dev < d; ++dev) {
+      if (unused[dev].empty()) continue;
+      if (pick < 0) {
+        pick = dev;
+        continue;
+      }
+      const Hop &h = hops.hops[from][dev], &b = hops.hops[from][pick];
+      bool same = h.bw == b.bw && h.type == b.type;
+      if (h.bw > b.bw || (h.bw == b.bw && h.type < b.type) || (same && unused[dev].back() < unused[pick].back()))
+        pick = dev;
+    }
+    ring.push_back(unused[pick].back());
+    unused[pick].pop_back();
+  }
+  return ring;
+}
+
 // Exhaustive up to 9 ranks (rank 0 first, natural order wins ties), nearest
 // neighbour beyond.
-std::vector<int> searchRing(const std::vector<std::vector<Hop>>& hops, const System& sys, bool gpus) {
-  int n = static_cast<int>(hops.size());
+std::vector<int> searchRing(const HopTable& hops, const System& sys, bool gpus) {
+  int n = hops.ranks();
   std::vector<int> ring(n);
   std::iota(ring.begin(), ring.end(), 0);
   if (n <= 3) return ring;
@@ -119,19 +171,7 @@ std::vector<int> searchRing(const std::vector<std::vector<Hop>>& hops, const Sys
     }
     return best;
   }
-  std::vector<bool> used(n, false);
-  used[0] = true;
-  for (int i = 1; i < n; ++i) {
-    int prev = ring[i - 1], pick = -1;
-    for (int c = 0; c < n; ++c) {
-      if (used[c]) continue;
-      const Hop &h = hops[prev][c], *b = pick >= 0 ? &hops[prev][pick] : nullptr;
-      if (!b || h.bw > b->bw || (h.bw == b->bw && h.type < b->type)) pick = c;
-    }
-    used[pick] = true;
-    ring[i] = pick;
-  }
-  return ring;
+  return nearestNeighbourRing(hops);
 }
 
 // Each rank's nearest NIC, no NIC serving more than its share while another is
@@ -227,9 +267,7 @@ Plan planNode(const System& sys, const PlanOptions& opts) {
   plan.devices = chooseDevices(sys, opts, &plan.gpus);
   int n = static_cast<int>(plan.devices.size());
   STRATA_REQUIRE(n > 0, ncclInvalidUsage, "topology plan: no ranks to place");
-  std::vector<std::vector<Hop>> hops(n, std::vector<Hop>(n));
-  for (int a = 0; a < n; ++a)
-    for (int b = 0; b < n; ++b) hops[a][b] = hopBetween(sys, plan.devices[a], plan.devices[b], opts);
+  HopTable hops = hopTable(sys, plan.devices, opts);
   plan.ring = searchRing(hops, sys, plan.gpus);
   RingScore s = scoreRing(plan.ring, hops, sys, plan.gpus);
   plan.ringGBps = n > 1 ? s.bw : (plan.gpus ? 5000 : kHostCopyGBps);
