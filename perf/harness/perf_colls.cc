@@ -47,6 +47,7 @@ namespace {
 class AllReduce final : public PerfColl {
  public:
   AllReduce() : PerfColl(Collective::kAllReduce) {}
+  bool sameOnEveryRank() const override { return true; }
   ncclResult_t call(const CallArgs& a) const override {
     return ncclAllReduce(a.send, a.recv, a.count, a.type, a.op, a.comm, static_cast<cudaStream_t>(a.stream));
   }
@@ -94,6 +95,7 @@ class ReduceScatter final : public PerfColl {
 class AllGather final : public PerfColl {
  public:
   AllGather() : PerfColl(Collective::kAllGather) {}
+  bool sameOnEveryRank() const override { return true; }
   ncclResult_t call(const CallArgs& a) const override {
     return ncclAllGather(a.send, a.recv, a.count, a.type, a.comm, static_cast<cudaStream_t>(a.stream));
   }
@@ -109,6 +111,7 @@ class AllGather final : public PerfColl {
 class Broadcast final : public PerfColl {
  public:
   Broadcast() : PerfColl(Collective::kBroadcast) {}
+  bool sameOnEveryRank() const override { return true; }
   ncclResult_t call(const CallArgs& a) const override {
     return ncclBroadcast(a.send, a.recv, a.count, a.type, a.root, a.comm, static_cast<cudaStream_t>(a.stream));
   }
@@ -127,12 +130,14 @@ class AllToAll final : public PerfColl {
   ncclResult_t call(const CallArgs& a) const override {
     return ncclAlltoAll(a.send, a.recv, a.count, a.type, a.comm, static_cast<cudaStream_t>(a.stream));
   }
-  double input(int rank, int, int, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts& c) const override {
-    return movedValue(rank * 64 + static_cast<int>(i / c.count), i % c.count, t);  // tagged (sender, piece)
+  // Tagged by sender and its element's position: unique at any rank count (a tag per
+  // (sender, piece) pair would outgrow what movedValue keeps unique).
+  double input(int rank, int, int, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts&) const override {
+    return movedValue(rank, i, t);
   }
   bool expected(int rank, int, int, size_t i, ncclDataType_t t, ncclRedOp_t, const Counts& c,
                 double* v) const override {
-    *v = movedValue(static_cast<int>(i / c.count) * 64 + rank, i % c.count, t);
+    *v = movedValue(static_cast<int>(i / c.count), rank * c.count + i % c.count, t);
     return true;
   }
 };

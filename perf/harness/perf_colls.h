@@ -59,6 +59,9 @@ class PerfColl {
                        const Counts& c) const = 0;
   virtual bool expected(int rank, int nranks, int root, size_t i, ncclDataType_t type, ncclRedOp_t op,
                         const Counts& c, double* value) const = 0;
+  // True when every rank's expected output is the same (the check computes it once:
+  // an all-reduce's reference costs n inputs per element).
+  virtual bool sameOnEveryRank() const { return false; }
 
  private:
   Collective coll_;
