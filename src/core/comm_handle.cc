@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "core/device_proxy.h"
+#include "core/post_office.h"
 #include "device/gpu.h"
 
 namespace strata::core {
@@ -42,6 +43,7 @@ bool beginClose(ncclComm* h, const char* fn) {
 void stopCalls(ncclComm* h, const char* fn) {
   const char* expected = nullptr;
   h->abortedBy.compare_exchange_strong(expected, fn);
+  core::PostOffice::instance().wakeAll();  // an init waiting in the bootstrap sees it now
   if (h->initState.load() != ncclInProgress && h->impl)
     h->impl->stop(format("%s was called on another thread while the call ran", fn));
 }

@@ -169,6 +169,7 @@ void Communicator::stop(const std::string& why) {
     if (deviceWords_) __atomic_store_n(&deviceWords_.get()[0], 1u, __ATOMIC_RELEASE);  // device-side waits end
   }
   stopEpoch_.fetch_add(1);
+  PostOffice::instance().wakeAll();  // its bootstrap waits see the stop now
   if (pool_) pool_->abortAll();
   if (bell_) bell_->ring();  // a rank asleep in a collective wakes and sees the request
 }

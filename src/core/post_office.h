@@ -58,6 +58,10 @@ class PostOffice {
   bool tryTake(uint64_t magic, MsgKind kind, int dst, std::string* msg, int* src = nullptr);
   // Waits for any message of this magic and kind; fills in the key.
   std::string receiveAny(MsgKey* key, const Deadline& deadline);
+  // Wakes every thread waiting for a message, so that waits whose check may now
+  // throw (an abort, a stopped communicator) look at once rather than at their next
+  // poll. A failure note (kFailure) filed here wakes them too.
+  void wakeAll();
   // Drops queued messages addressed to one rank of a communicator that rank left.
   // Only that rank's: other ranks of the communicator may share this process.
   void discard(uint64_t magic, int rank);
