@@ -43,7 +43,7 @@ bool beginClose(ncclComm* h, const char* fn) {
 void stopCalls(ncclComm* h, const char* fn) {
   const char* expected = nullptr;
   h->abortedBy.compare_exchange_strong(expected, fn);
-  core::PostOffice::instance().wakeAll();  // an init waiting in the bootstrap sees it now
+  core::PostOffice::instance().wakeAll();  // bootstrap waits that check it (after the rendezvous) see it now
   if (h->initState.load() != ncclInProgress && h->impl)
     h->impl->stop(format("%s was called on another thread while the call ran", fn));
 }

@@ -41,8 +41,15 @@ bool MsgKey::operator<(const MsgKey& o) const {
 // A thread waiting in receive (one key) or receiveAny (a magic and kind): a message
 // filed wakes its own waiters only, so a process with thousands of ranks waiting
 // does not wake them all for each message.
+// `signaled` (under the mutex) keeps a wake that comes while the waiter runs its
+// check with the mutex released: it then does not sleep through it.
 struct Waiter {
   std::condition_variable cv;
+  bool signaled = false;
+  void wake() {
+    signaled = true;
+    cv.notify_one();
+  }
 };
 
 struct PostOffice::State {
@@ -182,16 +189,24 @@ bool PostOffice::State::accepts(const MsgKey& key) { return key.kind != MsgKind:
 
 void PostOffice::State::file(const MsgKey& key, std::string payload) {
   mailbox[key].push_back(std::move(payload));
-  if (key.kind == MsgKind::kFailure) return wakeAll();  // every wait's check reads these
+  if (key.kind == MsgKind::kFailure) {
+    // Every wait of the addressed rank reads these in its check: its waits wake (a
+    // note for a child communicator's kin is found by their next poll). Only that
+    // rank's, so a failure told to n ranks wakes n waits, not n squared.
+    auto first = waiting.lower_bound(MsgKey{key.magic, MsgKind::kRootHello, INT32_MIN, INT32_MIN, 0});
+    for (auto it = first; it != waiting.end() && it->first.magic == key.magic; ++it)
+      if (it->first.dst == key.dst) it->second->wake();
+    return;
+  }
   auto [from, to] = waiting.equal_range(key);
-  for (auto it = from; it != to; ++it) it->second->cv.notify_one();
+  for (auto it = from; it != to; ++it) it->second->wake();
   auto [anyFrom, anyTo] = waitingAny.equal_range({key.magic, key.kind});
-  for (auto it = anyFrom; it != anyTo; ++it) it->second->cv.notify_one();
+  for (auto it = anyFrom; it != anyTo; ++it) it->second->wake();
 }
 
 void PostOffice::State::wakeAll() {
-  for (auto& [key, w] : waiting) w->cv.notify_one();
-  for (auto& [key, w] : waitingAny) w->cv.notify_one();
+  for (auto& [key, w] : waiting) w->wake();
+  for (auto& [key, w] : waitingAny) w->wake();
 }
 
 void PostOffice::wakeAll() {
@@ -304,6 +319,7 @@ std::string PostOffice::receive(const MsgKey& key, const Deadline& deadline, con
     }
   } listed{lock, s.waiting, s.waiting.emplace(key, &self)};
   for (;;) {
+    self.signaled = false;  // what is filed from here on wakes the wait below
     auto it = s.mailbox.find(key);
     if (it != s.mailbox.end() && !it->second.empty()) {
       std::string msg = std::move(it->second.front());
@@ -321,7 +337,7 @@ std::string PostOffice::receive(const MsgKey& key, const Deadline& deadline, con
     // throws at once; what nothing announces (a peer process that exited) is looked
     // for every 100 ms. Thousands of ranks of one process polling every 20 ms spent
     // most of their initialisation waking each other through this mutex.
-    self.cv.wait_for(lock, std::chrono::milliseconds(deadline.remainingMs(100)));
+    self.cv.wait_for(lock, std::chrono::milliseconds(deadline.remainingMs(100)), [&] { return self.signaled; });
   }
 }
 
@@ -361,6 +377,7 @@ std::string PostOffice::receiveAny(MsgKey* key, const Deadline& deadline) {
     ~Listed() { list.erase(at); }
   } listed{s.waitingAny, s.waitingAny.emplace(std::make_pair(key->magic, key->kind), &self)};
   for (;;) {
+    self.signaled = false;
     for (auto it = firstOf(s.mailbox, key->magic, key->kind); it != s.mailbox.end(); ++it) {
       if (it->first.magic != key->magic || it->first.kind != key->kind) break;
       if (it->second.empty()) continue;
@@ -371,7 +388,7 @@ std::string PostOffice::receiveAny(MsgKey* key, const Deadline& deadline) {
       return msg;
     }
     if (deadline.expired()) fail(ncclSystemError, "timed out");
-    self.cv.wait_for(lock, std::chrono::milliseconds(deadline.remainingMs(100)));
+    self.cv.wait_for(lock, std::chrono::milliseconds(deadline.remainingMs(100)), [&] { return self.signaled; });
   }
 }
 
