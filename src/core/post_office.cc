@@ -52,14 +52,26 @@ struct Waiter {
   }
 };
 
+// A waiter's entry in a wait list for as long as it waits; removed with the mutex
+// held, which a check that threw (run with the mutex released) no longer holds.
+template <typename List>
+struct Listed {
+  std::unique_lock<std::mutex>& lock;
+  List& list;
+  typename List::iterator at;
+  ~Listed() {
+    if (!lock.owns_lock()) lock.lock();
+    list.erase(at);
+  }
+};
+
 struct PostOffice::State {
   std::mutex mutex;
   std::map<MsgKey, std::deque<std::string>> mailbox;
   std::multimap<MsgKey, Waiter*> waiting;                                // receive
   std::multimap<std::pair<uint64_t, MsgKind>, Waiter*> waitingAny;  // receiveAny
   std::set<uint64_t> roots;
-  bool started = false;
-  std::atomic<bool> listening{false};  // addr is set for good (read without the mutex)
+  std::atomic<bool> listening{false};  // started; addr is set for good (read without the mutex)
   int listenFd = -1;
   int wakePipe[2] = {-1, -1};
   SockAddr addr;
@@ -106,7 +118,6 @@ void PostOffice::State::start() {
   if (pipe(wakePipe) != 0) failErrno("pipe");
   STRATA_INFO(kSubsysBootstrap, -1, "Bootstrap: listening on %s (%s)", addr.str().c_str(), ifname.c_str());
   std::thread([this] { serve(); }).detach();
-  started = true;
   listening.store(true, std::memory_order_release);
 }
 
@@ -221,7 +232,7 @@ bool PostOffice::State::local(const SockAddr& to) {
 SockAddr PostOffice::address() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  if (!s.started) s.start();
+  if (!s.listening.load()) s.start();
   return s.addr;
 }
 
@@ -309,15 +320,7 @@ std::string PostOffice::receive(const MsgKey& key, const Deadline& deadline, con
   State& s = state();
   std::unique_lock<std::mutex> lock(s.mutex);
   Waiter self;
-  struct Listed {
-    std::unique_lock<std::mutex>& lock;
-    std::multimap<MsgKey, Waiter*>& list;
-    std::multimap<MsgKey, Waiter*>::iterator at;
-    ~Listed() {
-      if (!lock.owns_lock()) lock.lock();  // a check that threw
-      list.erase(at);
-    }
-  } listed{lock, s.waiting, s.waiting.emplace(key, &self)};
+  Listed<decltype(s.waiting)> listed{lock, s.waiting, s.waiting.emplace(key, &self)};
   for (;;) {
     self.signaled = false;  // what is filed from here on wakes the wait below
     auto it = s.mailbox.find(key);
@@ -370,12 +373,8 @@ std::string PostOffice::receiveAny(MsgKey* key, const Deadline& deadline) {
   State& s = state();
   std::unique_lock<std::mutex> lock(s.mutex);
   Waiter self;
-  using AnyList = std::multimap<std::pair<uint64_t, MsgKind>, Waiter*>;
-  struct Listed {
-    AnyList& list;
-    AnyList::iterator at;
-    ~Listed() { list.erase(at); }
-  } listed{s.waitingAny, s.waitingAny.emplace(std::make_pair(key->magic, key->kind), &self)};
+  Listed<decltype(s.waitingAny)> listed{lock, s.waitingAny,
+                                        s.waitingAny.emplace(std::make_pair(key->magic, key->kind), &self)};
   for (;;) {
     self.signaled = false;
     for (auto it = firstOf(s.mailbox, key->magic, key->kind); it != s.mailbox.end(); ++it) {
